@@ -1,0 +1,79 @@
+import { badRequest } from "../core/errors.ts"
+
+/**
+ * One table of flags: the CLI builds its options and --help from it, and
+ * readFlags() resolves each value from the command line, then its CI_*
+ * variable, then the default. A flag beats its variable.
+ */
+export type FlagSpec = {
+  /** Long name without dashes, for example "pipeline-timeout". */
+  readonly name: string
+  readonly description: string
+  /** Placeholder in --help, for example "DURATION"; absent for booleans. */
+  readonly value?: string
+  readonly defaultValue?: string
+  readonly repeatable?: boolean
+}
+
+export function envName(flag: FlagSpec): string {
+  return `CI_${flag.name.toUpperCase().replaceAll("-", "_")}`
+}
+
+export function optionName(flag: FlagSpec): string {
+  return flag.name.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase())
+}
+
+export type FlagValues = Readonly<Record<string, string | readonly string[] | undefined>>
+
+/**
+ * Resolves every flag of `table`. Repeatable flags from the environment are
+ * comma-separated. The result is frozen: components get slices, never the
+ * environment.
+ */
+export function readFlags(
+  table: readonly FlagSpec[],
+  cli: Readonly<Record<string, unknown>>,
+  env: NodeJS.ProcessEnv = process.env,
+): FlagValues {
+  const values: Record<string, string | readonly string[] | undefined> = {}
+  for (const flag of table) {
+    const given = cli[optionName(flag)]
+    const fromEnv = env[envName(flag)]
+    if (flag.repeatable) {
+      const list = Array.isArray(given) && given.length > 0 ? given : fromEnv ? fromEnv.split(",") : []
+      values[flag.name] = Object.freeze(list.map(String))
+    } else {
+      values[flag.name] = typeof given === "string" ? given : (fromEnv ?? flag.defaultValue)
+    }
+  }
+  return Object.freeze(values)
+}
+
+/** `K=V` pairs into a map; the key is an environment-variable-like name. */
+export function parseKeyValues(pairs: readonly string[], flag: string): Record<string, string> {
+  const result: Record<string, string> = {}
+  for (const pair of pairs) {
+    const at = pair.indexOf("=")
+    const key = at === -1 ? "" : pair.slice(0, at)
+    if (!/^[A-Za-z_][A-Za-z0-9_.-]*$/.test(key)) {
+      throw badRequest(`--${flag} "${pair.split("=")[0]}=…" is not KEY=VALUE; write it as --${flag} API_TOKEN=value`)
+    }
+    result[key] = pair.slice(at + 1)
+  }
+  return result
+}
+
+export function parsePositiveInt(text: string | undefined, flag: string): number {
+  const value = Number(text)
+  if (!Number.isInteger(value) || value <= 0)
+    throw badRequest(`--${flag} must be a positive whole number, not "${text}"`)
+  return value
+}
+
+/** The parts of the process environment runnel uses besides its CI_* flags. */
+export function hostEnvironment(env: NodeJS.ProcessEnv = process.env) {
+  return Object.freeze({
+    dockerHost: env.DOCKER_HOST,
+    path: env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
+  })
+}

@@ -1,0 +1,36 @@
+/**
+ * The one error type for mistakes a person can fix: bad input, unknown names,
+ * missing files. `status` is the HTTP status the API server answers with and
+ * `code` a stable word for tests and logs. The CLI prints the message alone,
+ * never a stack trace.
+ */
+export class RunnelError extends Error {
+  readonly status: number
+  readonly code: string
+  constructor(status: number, code: string, message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.name = "RunnelError"
+    this.status = status
+    this.code = code
+  }
+}
+
+export const badRequest = (message: string, options?: ErrorOptions) =>
+  new RunnelError(400, "bad_request", message, options)
+export const notFound = (what: string, key: string) => new RunnelError(404, "not_found", `${what} "${key}" not found`)
+
+/**
+ * runnel could not do its part of a run: the script does not compile, a secret
+ * is missing, the driver is down, a sandbox limit was hit. A run that ends with
+ * one is `error`, not `failure`: the pipeline's own logic did not fail.
+ */
+export class SystemError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options)
+    this.name = "SystemError"
+  }
+}
+
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}
