@@ -1,0 +1,24 @@
+import { Command, CommanderError } from "commander"
+import { RunnelError, SystemError } from "../lib/core/errors.ts"
+import { runnerCommand } from "./runner.ts"
+
+const program = new Command()
+  .name("runnel")
+  .description("runnel: pipelines as code, tasks as containers")
+  .showHelpAfterError("(run with --help for usage)")
+  .exitOverride()
+runnerCommand(program)
+
+try {
+  await program.parseAsync(process.argv)
+} catch (error) {
+  if (error instanceof CommanderError) {
+    process.exitCode = error.exitCode
+  } else if (error instanceof RunnelError || error instanceof SystemError) {
+    // A user's mistake or an unavailable dependency: the message says what to do; a stack trace would not.
+    process.stderr.write(`runnel: ${error.message}\n`)
+    process.exitCode = 2
+  } else {
+    throw error
+  }
+}

@@ -1,0 +1,52 @@
+import { SourceMap } from "node:module"
+import { extname } from "node:path"
+import { type Loader, type Message, transform } from "esbuild"
+import { SystemError } from "../../../lib/core/errors.ts"
+
+/** A pipeline script turned into CommonJS for the sandbox, with the map back to the user's lines. */
+export type CompiledScript = {
+  readonly filename: string
+  readonly code: string
+  readonly sourceMap: SourceMap
+}
+
+const loaders: Record<string, Loader> = { ".js": "js", ".mjs": "js", ".cjs": "js", ".ts": "ts", ".mts": "ts" }
+
+/**
+ * Compiles TypeScript or JavaScript with esbuild's transform (no bundling: a
+ * pipeline has no imports to resolve). CommonJS output lets the sandbox read
+ * the exports without a module loader; errors point at the user's file.
+ */
+export async function compileScript(source: string, filename: string): Promise<CompiledScript> {
+  try {
+    const result = await transform(source, {
+      loader: loaders[extname(filename)] ?? "ts",
+      format: "cjs",
+      target: "es2024",
+      // import() becomes require(), which the sandbox answers with a message that says why there are no modules.
+      supported: { "dynamic-import": false },
+      sourcemap: "external",
+      sourcefile: filename,
+      logLevel: "silent",
+    })
+    return { filename, code: result.code, sourceMap: new SourceMap(JSON.parse(result.map)) }
+  } catch (error) {
+    const messages: Message[] | undefined = (error as { errors?: Message[] }).errors
+    if (messages === undefined || messages.length === 0) throw error
+    throw new SystemError(messages.map((message) => describe(filename, message)).join("\n"))
+  }
+}
+
+function describe(filename: string, message: Message): string {
+  const where = message.location
+  if (where === null) return `${filename}: ${message.text}`
+  const caret = `${" ".repeat(where.column)}^`
+  return `${filename}:${where.line}:${where.column + 1}: ${message.text}\n    ${where.lineText}\n    ${caret}`
+}
+
+/** Maps a position in the compiled code (1-based line and column) to the user's file, when the map knows it. */
+export function originalPosition(script: CompiledScript, line: number, column: number): string | undefined {
+  const entry = script.sourceMap.findEntry(line - 1, column - 1)
+  if (!("originalLine" in entry)) return undefined
+  return `${script.filename}:${entry.originalLine + 1}:${entry.originalColumn + 1}`
+}

@@ -1,0 +1,175 @@
+// Evaluated inside each run's isolate before the user's script. It builds the
+// globals a pipeline sees from the host references the sandbox leaves on
+// globalThis, then removes those references so that the only way out of the
+// isolate is through the functions defined here.
+;((global) => {
+  const host = global.__runnelHost
+  delete global.__runnelHost
+  const { runTask, log, respond } = host
+  const pipelineContext = deepFreeze(JSON.parse(host.context))
+  const request = host.request === undefined ? undefined : deepFreeze(JSON.parse(host.request))
+
+  function deepFreeze(value) {
+    if (value !== null && typeof value === "object") {
+      for (const item of Object.values(value)) deepFreeze(item)
+      Object.freeze(value)
+    }
+    return value
+  }
+
+  // Errors from the host carry the host's stack; give them the caller's line instead.
+  function withCallerStack(trace) {
+    return (error) => {
+      const rethrown = new Error(error?.message ?? String(error))
+      rethrown.stack = `Error: ${rethrown.message}\n${String(trace.stack).split("\n").slice(1).join("\n")}`
+      throw rethrown
+    }
+  }
+
+  const volumeHandles = new WeakSet()
+  const volumeNames = new Set()
+  const volumes = Object.freeze({
+    create(options) {
+      const name = options?.name ?? `volume-${volumeNames.size + 1}`
+      if (typeof name !== "string" || !/^[a-z0-9][a-z0-9_.-]{0,62}$/.test(name)) {
+        throw new TypeError(
+          `volumes.create: name ${JSON.stringify(name)} is not valid; use lowercase letters, digits, ".", "_" and "-", starting with a letter or digit`,
+        )
+      }
+      if (volumeNames.has(name)) throw new Error(`volumes.create: a volume named "${name}" already exists in this run`)
+      volumeNames.add(name)
+      const volume = Object.freeze({ name })
+      volumeHandles.add(volume)
+      return volume
+    },
+  })
+
+  function mountNames(mounts) {
+    if (mounts === undefined) return undefined
+    if (mounts === null || typeof mounts !== "object") throw new TypeError("runtime.run: mounts must be an object")
+    const names = {}
+    for (const [path, volume] of Object.entries(mounts)) {
+      if (!volumeHandles.has(volume)) {
+        throw new TypeError(`runtime.run: mounts[${JSON.stringify(path)}] must be a volume from volumes.create()`)
+      }
+      names[path] = volume.name
+    }
+    return names
+  }
+
+  const runtime = Object.freeze({
+    run(task) {
+      const trace = new Error()
+      let json
+      try {
+        json = JSON.stringify({ ...task, mounts: mountNames(task?.mounts) })
+      } catch (error) {
+        return Promise.reject(error)
+      }
+      return runTask
+        .apply(undefined, [json], { result: { promise: true, copy: true } })
+        .then((text) => deepFreeze(JSON.parse(text)), withCallerStack(trace))
+    },
+  })
+
+  function format(value) {
+    if (typeof value === "string") return value
+    if (value instanceof Error) return `${value.name}: ${value.message}`
+    if (typeof value === "function") return `[function ${value.name || "anonymous"}]`
+    if (typeof value === "bigint" || typeof value === "symbol" || value === undefined) return String(value)
+    try {
+      return JSON.stringify(value)
+    } catch {
+      return String(value)
+    }
+  }
+  function writer(stream) {
+    // Synchronous, so console output keeps its order with everything else the script does.
+    return (...values) => log.applySync(undefined, [stream, `${values.map(format).join(" ")}\n`])
+  }
+  const console = Object.freeze({
+    log: writer("stdout"),
+    info: writer("stdout"),
+    debug: writer("stdout"),
+    warn: writer("stderr"),
+    error: writer("stderr"),
+  })
+
+  function fail(what, detail, message) {
+    throw new Error(`assert.${what} failed: ${detail}${message === undefined ? "" : `: ${message}`}`)
+  }
+  const show = (value) => (typeof value === "string" ? JSON.stringify(value) : format(value))
+  const assert = Object.freeze({
+    equal(actual, expected, message) {
+      if (actual !== expected) fail("equal", `expected ${show(expected)}, got ${show(actual)}`, message)
+    },
+    notEqual(actual, expected, message) {
+      if (actual === expected) fail("notEqual", `expected a value other than ${show(expected)}`, message)
+    },
+    containsString(text, part, message) {
+      if (typeof text !== "string" || !text.includes(part)) {
+        fail("containsString", `expected ${show(text)} to contain ${show(part)}`, message)
+      }
+    },
+    truthy(value, message) {
+      if (!value) fail("truthy", `expected a truthy value, got ${show(value)}`, message)
+    },
+  })
+
+  let responded = false
+  const http = Object.freeze({
+    request: () => request,
+    respond(response) {
+      if (request === undefined || responded) return
+      responded = true
+      respond.applyIgnored(undefined, [JSON.stringify(response ?? {})])
+    },
+  })
+
+  function require(name) {
+    throw new Error(
+      `cannot import "${name}": pipelines run in a sandbox without Node modules; run tools in a task with runtime.run()`,
+    )
+  }
+
+  const module = { exports: {} }
+  Object.defineProperties(global, {
+    runtime: { value: runtime },
+    volumes: { value: volumes },
+    console: { value: console },
+    assert: { value: assert },
+    http: { value: http },
+    pipelineContext: { value: pipelineContext },
+    require: { value: require },
+    module: { value: module },
+    exports: { get: () => module.exports },
+  })
+
+  function describe(error) {
+    const isError = error instanceof Error
+    return JSON.stringify({
+      ok: false,
+      message: isError ? error.message : `a non-Error value was thrown: ${format(error)}`,
+      stack: isError ? String(error.stack) : "",
+    })
+  }
+
+  // The host wraps the compiled script in a function and calls this with it;
+  // it settles with a JSON outcome and never throws.
+  global.__runnelMain = async (body) => {
+    try {
+      body()
+    } catch (error) {
+      return describe(error)
+    }
+    const exported = module.exports
+    const pipeline = typeof exported.pipeline === "function" ? exported.pipeline : exported.default
+    if (typeof pipeline !== "function") return JSON.stringify({ missingExport: true })
+    try {
+      await pipeline()
+      return JSON.stringify({ ok: true })
+    } catch (error) {
+      return describe(error)
+    }
+  }
+})(globalThis)

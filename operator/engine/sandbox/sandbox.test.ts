@@ -1,0 +1,182 @@
+import { describe, expect, it } from "vitest"
+import { SystemError } from "../../../lib/core/errors.ts"
+import { compileScript } from "./compile.ts"
+import { runInSandbox, ScriptFailure, type ScriptHost } from "./sandbox.ts"
+
+const limits = { memoryMb: 64, timeoutMs: 5000 }
+
+/** Runs a script with a host that records console output and answers tasks with their name. */
+async function run(source: string, options: { timeoutMs?: number; memoryMb?: number; signal?: AbortSignal } = {}) {
+  const printed: string[] = []
+  const host: ScriptHost = {
+    runTask: async (json) => ({ code: 0, stdout: `ran ${JSON.parse(json).name}`, stderr: "" }),
+    console: (stream, text) => printed.push(`${stream}: ${text}`),
+    respond: () => {},
+  }
+  const script = await compileScript(source, "pipeline.ts")
+  const settled = await runInSandbox(
+    script,
+    { pipelineContext: { runID: "r1", args: ["a", "b"] }, request: undefined },
+    host,
+    { ...limits, ...options },
+    options.signal ?? new AbortController().signal,
+  ).then(
+    () => undefined,
+    (error: unknown) => error as Error,
+  )
+  return { error: settled, printed: printed.join("") }
+}
+
+describe("the script sandbox", () => {
+  it.each([
+    ["export const pipeline", "export const pipeline = async () => { console.log('ran') }"],
+    ["export { pipeline }", "async function pipeline() { console.log('ran') }\nexport { pipeline }"],
+    ["export default", "export default async function () { console.log('ran') }"],
+  ])("runs a script written with %s", async (_, source) => {
+    const { error, printed } = await run(source)
+    expect(error).toBeUndefined()
+    expect(printed).toBe("stdout: ran\n")
+  })
+
+  it("gives the script its context, console streams and task results", async () => {
+    const { error, printed } = await run(`
+      export const pipeline = async () => {
+        console.log(pipelineContext.runID, pipelineContext.args)
+        console.error("to stderr", { n: 1 })
+        const result = await runtime.run({ name: "t" })
+        console.info(result.stdout)
+      }`)
+    expect(error).toBeUndefined()
+    expect(printed).toBe('stdout: r1 ["a","b"]\nstderr: to stderr {"n":1}\nstdout: ran t\n')
+  })
+
+  it("has no process, require, Node modules or way to the host's realm", async () => {
+    const { error, printed } = await run(`
+      export const pipeline = async () => {
+        console.log(typeof process, typeof require === "function", typeof fetch, typeof setTimeout)
+        console.log(globalThis.constructor.constructor("return typeof process")())
+        console.log(Object.getOwnPropertyNames(globalThis).filter((name) => name.startsWith("__runnel")).join(",") || "none")
+        try { require("node:fs") } catch (e) { console.log(e.message) }
+        try { await import("node:child_process") } catch (e) { console.log(e.message) }
+      }`)
+    expect(error).toBeUndefined()
+    expect(printed.split("\n")).toEqual([
+      "stdout: undefined true undefined undefined",
+      "stdout: undefined",
+      "stdout: __runnelMain",
+      'stdout: cannot import "node:fs": pipelines run in a sandbox without Node modules; run tools in a task with runtime.run()',
+      'stdout: cannot import "node:child_process": pipelines run in a sandbox without Node modules; run tools in a task with runtime.run()',
+      "",
+    ])
+  })
+
+  it("refuses a static import of a Node module with the line of the import", async () => {
+    const { error } = await run(
+      'import { readFileSync } from "node:fs"\nexport const pipeline = async () => { readFileSync("/etc/passwd") }',
+    )
+    expect(error).toBeInstanceOf(ScriptFailure)
+    expect(error?.message).toBe(
+      'cannot import "node:fs": pipelines run in a sandbox without Node modules; run tools in a task with runtime.run() (at pipeline.ts:1:30)',
+    )
+  })
+
+  it("reports a thrown error with the line and column of the user's TypeScript", async () => {
+    const { error } = await run(
+      "type Version = { tag?: string }\n\nexport const pipeline = async () => {\n  const v: Version = {}\n  if (!v.tag) throw new Error('not tagged')\n}\n",
+    )
+    expect(error).toBeInstanceOf(ScriptFailure)
+    expect(error?.message).toBe("not tagged (at pipeline.ts:5:21)")
+  })
+
+  it("reports a thrown non-Error value", async () => {
+    const { error } = await run("export const pipeline = async () => { throw 'plain string' }")
+    expect(error).toBeInstanceOf(ScriptFailure)
+    expect(error?.message).toBe("a non-Error value was thrown: plain string")
+  })
+
+  it("refuses a script without a pipeline export as a system error", async () => {
+    const { error } = await run("export const build = async () => {}")
+    expect(error).toBeInstanceOf(SystemError)
+    expect(error?.message).toContain("pipeline.ts does not export a pipeline function")
+  })
+
+  it("rejects a syntax error at compile time with line and column", async () => {
+    await expect(compileScript("export const pipeline = async () => {\n  const x = ;\n}", "broken.ts")).rejects.toThrow(
+      /^broken\.ts:2:13: Unexpected ";"\n {4} {2}const x = ;\n {4} {12}\^$/,
+    )
+  })
+
+  it("ends a runaway loop at the time limit and names the limit", async () => {
+    const { error } = await run("export const pipeline = async () => { while (true) {} }", { timeoutMs: 300 })
+    expect(error).toBeInstanceOf(SystemError)
+    expect(error?.message).toBe(
+      "the pipeline ran longer than its time limit (--pipeline-timeout 300ms) and was stopped",
+    )
+  })
+
+  it("ends a memory bomb at the memory limit and names the limit", async () => {
+    const { error } = await run(
+      "export const pipeline = async () => { const hog = []; while (true) hog.push(new Array(1e5).fill(hog.length)) }",
+      { memoryMb: 32 },
+    )
+    expect(error).toBeInstanceOf(SystemError)
+    expect(error?.message).toBe(
+      "the pipeline used more memory than its limit (--pipeline-memory-mb 32) and was stopped",
+    )
+  })
+
+  it("keeps serving other scripts after one was stopped", async () => {
+    const bomb = run(
+      "export const pipeline = async () => { const s = []; for (;;) s.push('x'.repeat(1e6) + s.length) }",
+      {
+        memoryMb: 16,
+      },
+    )
+    const fine = run("export const pipeline = async () => { console.log('still here') }")
+    expect((await bomb).error).toBeInstanceOf(SystemError)
+    expect((await fine).printed).toBe("stdout: still here\n")
+    expect((await run("export default async () => console.log('after')")).printed).toBe("stdout: after\n")
+  })
+
+  it("stops when the run is aborted, with the abort's reason", async () => {
+    const controller = new AbortController()
+    setTimeout(() => controller.abort(new Error("stopped by the user")), 100)
+    const { error } = await run("export const pipeline = async () => { for (;;) {} }", { signal: controller.signal })
+    expect(error?.message).toBe("stopped by the user")
+  })
+
+  it("throws assertion errors that show both values", async () => {
+    const { error } = await run(`export const pipeline = async () => {
+      assert.truthy(1); assert.notEqual(1, 2); assert.containsString("hello world", "world")
+      assert.equal("v1.2", "v1.3", "version from the build")
+    }`)
+    expect(error?.message).toBe(
+      'assert.equal failed: expected "v1.3", got "v1.2": version from the build (at pipeline.ts:3:14)',
+    )
+  })
+
+  it.each([
+    ["notEqual", "assert.notEqual(2, 2)", "assert.notEqual failed: expected a value other than 2"],
+    [
+      "containsString",
+      'assert.containsString("abc", "z")',
+      'assert.containsString failed: expected "abc" to contain "z"',
+    ],
+    [
+      "truthy",
+      'assert.truthy("", "needs a tag")',
+      'assert.truthy failed: expected a truthy value, got "": needs a tag',
+    ],
+  ])("assert.%s says what it expected", async (_, call, message) => {
+    const { error } = await run(`export const pipeline = async () => { ${call} }`)
+    expect(error?.message).toBe(`${message} (at pipeline.ts:1:46)`)
+  })
+
+  it("answers http.request() with undefined and ignores http.respond() outside webhooks", async () => {
+    const { error, printed } = await run(
+      "export const pipeline = async () => { http.respond({ status: 201 }); console.log(String(http.request())) }",
+    )
+    expect(error).toBeUndefined()
+    expect(printed).toBe("stdout: undefined\n")
+  })
+})

@@ -1,0 +1,130 @@
+import { readFileSync } from "node:fs"
+import ivm from "isolated-vm"
+import { SystemError } from "../../../lib/core/errors.ts"
+import type { OutputStream } from "../../../lib/core/run.ts"
+import { type CompiledScript, originalPosition } from "./compile.ts"
+
+const prelude = readFileSync(new URL("./prelude.js", import.meta.url), "utf8")
+
+export type SandboxLimits = {
+  /** `--pipeline-memory-mb`: the isolate's heap limit. */
+  readonly memoryMb: number
+  /** `--pipeline-timeout`: wall-clock limit for the whole script. */
+  readonly timeoutMs: number
+}
+
+/** What the script sees as `pipelineContext` and `http.request()`. */
+export type ScriptGlobals = {
+  readonly pipelineContext: Readonly<Record<string, unknown>>
+  readonly request: unknown
+}
+
+/**
+ * The only ways out of the isolate. Values cross as JSON text: nothing of the
+ * host's realm (prototypes, functions) is ever handed to the script.
+ */
+export interface ScriptHost {
+  /** Resolves with the task result; rejections reach the script as errors it can catch. */
+  runTask(taskJson: string): Promise<unknown>
+  console(stream: OutputStream, text: string): void
+  respond(responseJson: string): void
+}
+
+/** The pipeline's own code threw or rejected: the run is a `failure`, not an `error`. */
+export class ScriptFailure extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = "ScriptFailure"
+  }
+}
+
+type Outcome = { ok: true } | { ok: false; message: string; stack: string } | { missingExport: true }
+
+/**
+ * Runs a compiled pipeline in a fresh isolate, disposed at the end whatever
+ * happens. Resolves when the pipeline resolves; rejects with ScriptFailure
+ * when it throws, with SystemError when a limit is hit or it exports no
+ * pipeline, and with the signal's reason when the run is aborted. The host
+ * process is never at risk: a runaway loop or a memory bomb only ends this
+ * isolate.
+ */
+export async function runInSandbox(
+  script: CompiledScript,
+  globals: ScriptGlobals,
+  host: ScriptHost,
+  limits: SandboxLimits,
+  signal: AbortSignal,
+): Promise<void> {
+  const isolate = new ivm.Isolate({ memoryLimit: limits.memoryMb })
+  let stopped: Error | undefined
+  const stop = (reason: Error) => {
+    stopped ??= reason
+    if (!isolate.isDisposed) isolate.dispose()
+  }
+  const onAbort = () => stop(signal.reason instanceof Error ? signal.reason : new Error(String(signal.reason)))
+  const timer = setTimeout(
+    () =>
+      stop(
+        new SystemError(
+          `the pipeline ran longer than its time limit (--pipeline-timeout ${formatMs(limits.timeoutMs)}) and was stopped`,
+        ),
+      ),
+    limits.timeoutMs,
+  )
+  signal.addEventListener("abort", onAbort, { once: true })
+  try {
+    if (signal.aborted) throw signal.reason
+    const context = await isolate.createContext()
+    await context.global.set("__runnelHost", hostObject(globals, host), { copy: true })
+    await (await isolate.compileScript(prelude, { filename: "runnel:prelude" })).run(context)
+    const main = await isolate.compileScript(`__runnelMain(function () {\n${script.code}\n})`, {
+      filename: script.filename,
+      lineOffset: -1,
+    })
+    const outcome = JSON.parse(await main.run(context, { promise: true, copy: true })) as Outcome
+    if ("missingExport" in outcome) {
+      throw new SystemError(
+        `${script.filename} does not export a pipeline function; add \`export const pipeline = async () => { ... }\` or \`export default async function () { ... }\``,
+      )
+    }
+    if (!outcome.ok) throw new ScriptFailure(withLocation(script, outcome.message, outcome.stack))
+  } catch (error) {
+    if (stopped !== undefined) throw stopped
+    if (isolate.isDisposed || /memory limit/i.test(String((error as Error)?.message))) {
+      throw new SystemError(
+        `the pipeline used more memory than its limit (--pipeline-memory-mb ${limits.memoryMb}) and was stopped`,
+      )
+    }
+    throw error
+  } finally {
+    clearTimeout(timer)
+    signal.removeEventListener("abort", onAbort)
+    if (!isolate.isDisposed) isolate.dispose()
+  }
+}
+
+function hostObject(globals: ScriptGlobals, host: ScriptHost) {
+  return {
+    context: JSON.stringify(globals.pipelineContext),
+    request: globals.request === undefined ? undefined : JSON.stringify(globals.request),
+    runTask: new ivm.Reference(async (taskJson: string) => JSON.stringify(await host.runTask(taskJson))),
+    log: new ivm.Reference((stream: OutputStream, text: string) => host.console(stream, text)),
+    respond: new ivm.Reference((responseJson: string) => host.respond(responseJson)),
+  }
+}
+
+/** Appends the first position of the user's file found in the stack, mapped back to their source. */
+function withLocation(script: CompiledScript, message: string, stack: string): string {
+  const escaped = script.filename.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+  const frame = new RegExp(`${escaped}:(\\d+):(\\d+)`).exec(stack)
+  if (frame === null) return message
+  const where = originalPosition(script, Number(frame[1]), Number(frame[2]))
+  return where === undefined ? message : `${message} (at ${where})`
+}
+
+function formatMs(ms: number): string {
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`
+  if (ms % 60_000 === 0) return `${ms / 60_000}m`
+  if (ms % 1000 === 0) return `${ms / 1000}s`
+  return `${ms}ms`
+}
