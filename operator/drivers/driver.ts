@@ -44,12 +44,15 @@ export type TaskSpec = {
   readonly command: { readonly path: string; readonly args: readonly string[] }
   /** Resolved values: secrets are already in place. */
   readonly env: Readonly<Record<string, string>>
-  /** Container path to volume. */
+  /** Container path to volume; only volumes created by the same RunDriver (anything else rejects). */
   readonly mounts: Readonly<Record<string, Volume>>
+  /** Absolute; created when missing. Only what lies inside a mount is sure to outlive the task. */
   readonly workDir?: string
+  /** Counted from the exec() call, so preparing the task (pulling its image) counts too. */
   readonly timeoutMs?: number
 }
 
+/** `name` is the name given to createVolume; the driver maps it to what it made, inside the run. */
 export type Volume = { readonly name: string }
 
 /**

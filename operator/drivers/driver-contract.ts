@@ -1,0 +1,233 @@
+import { createHash, randomBytes } from "node:crypto"
+import { describe, expect, it, onTestFinished } from "vitest"
+import { SystemError } from "../../lib/core/errors.ts"
+import type { Driver, RunDriver, TaskOutput, TaskSpec } from "./driver.ts"
+
+export type DriverContractOptions = {
+  /** The image tasks name; drivers without images ignore it. Default `busybox`. */
+  readonly image?: string
+  /** What of the run still exists (containers, volumes, directories), so the suite can check close() removed it all. */
+  readonly remains?: (runId: string) => Promise<readonly string[]>
+}
+
+/**
+ * The behaviour every driver shares. Commands are `sh -c` scripts that busybox
+ * and a Debian host both run, and files are named relative to the working
+ * directory, so the same task works in a container and as a local process.
+ */
+export function driverContract(name: string, make: () => Driver, options: DriverContractOptions = {}): void {
+  const image = options.image ?? "busybox"
+
+  /** A driver and one run of it, both closed when the test ends. */
+  async function openRun(): Promise<{ driver: Driver; run: RunDriver; runId: string }> {
+    const driver = make()
+    const runId = `contract-${randomBytes(4).toString("hex")}`
+    const run = await driver.open(runId)
+    onTestFinished(async () => {
+      await run.close()
+      await driver.close()
+    })
+    return { driver, run, runId }
+  }
+
+  function shell(script: string, more: Partial<TaskSpec> = {}): TaskSpec {
+    return {
+      path: "tasks/1/contract",
+      name: "contract",
+      image,
+      command: { path: "sh", args: ["-c", script] },
+      env: {},
+      mounts: {},
+      ...more,
+    }
+  }
+
+  const never = new AbortController().signal
+
+  describe(`${name} driver`, () => {
+    it("resolves with exit code 0 and the task's output", async () => {
+      const { run } = await openRun()
+      const output = collect()
+      expect(await run.exec(shell("echo hello"), output, never)).toEqual({ code: 0, timedOut: false })
+      expect(output.out()).toBe("hello\n")
+      expect(output.err()).toBe("")
+    })
+
+    it("resolves, not rejects, with a non-zero exit code", async () => {
+      const { run } = await openRun()
+      expect(await run.exec(shell("echo failing >&2; exit 3"), collect(), never)).toEqual({ code: 3, timedOut: false })
+    })
+
+    it("keeps stdout and stderr apart, each complete and in order", async () => {
+      const { run } = await openRun()
+      const output = collect()
+      const script = 'i=1; while [ $i -le 300 ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done'
+      await run.exec(shell(script), output, never)
+      const lines = (prefix: string) => Array.from({ length: 300 }, (_, i) => `${prefix} ${i + 1}\n`).join("")
+      expect(output.out()).toBe(lines("out"))
+      expect(output.err()).toBe(lines("err"))
+    })
+
+    it("delivers a 20 MB output whole, in many chunks, before resolving", async () => {
+      const { run } = await openRun()
+      const size = 20_000_000
+      const line = "0123456789abcdefghijklmnopqrstuvwxyz"
+      const expected = Buffer.from(`${line}\n`.repeat(Math.ceil(size / (line.length + 1)))).subarray(0, size)
+      const hash = createHash("sha256")
+      let bytes = 0
+      let chunks = 0
+      const output: TaskOutput = {
+        stdout(chunk) {
+          hash.update(chunk)
+          bytes += chunk.length
+          chunks += 1
+        },
+        stderr() {},
+      }
+      expect(await run.exec(shell(`yes ${line} | head -c ${size}`), output, never)).toEqual({
+        code: 0,
+        timedOut: false,
+      })
+      expect(bytes).toBe(size)
+      expect(chunks).toBeGreaterThan(10)
+      expect(hash.digest("hex")).toBe(createHash("sha256").update(expected).digest("hex"))
+    })
+
+    it("passes the task's environment", async () => {
+      const { run } = await openRun()
+      const output = collect()
+      const env = { GREETING: "hello there", EQUATION: "a=b" }
+      await run.exec(shell('echo "$GREETING|$EQUATION"', { env }), output, never)
+      expect(output.out()).toBe("hello there|a=b\n")
+    })
+
+    it("runs the task in its workDir", async () => {
+      const { run } = await openRun()
+      const output = collect()
+      await run.exec(shell("echo kept > note.txt; pwd; cat note.txt", { workDir: "/scratch/deep" }), output, never)
+      expect(output.out()).toMatch(/\/scratch\/deep\nkept\n$/)
+    })
+
+    it("shares a volume between the tasks that mount it", async () => {
+      const { run } = await openRun()
+      const shared = await run.createVolume("shared")
+      const mounted = { mounts: { "/shared": shared }, workDir: "/shared" }
+      expect(await run.exec(shell("echo from-first > greeting.txt", mounted), collect(), never)).toEqual({
+        code: 0,
+        timedOut: false,
+      })
+      const output = collect()
+      await run.exec(shell("cat greeting.txt", mounted), output, never)
+      expect(output.out()).toBe("from-first\n")
+    })
+
+    it("runs concurrent tasks at the same time", async () => {
+      const { run } = await openRun()
+      const shared = await run.createVolume("rendezvous")
+      // Each task waits for the other's file: they can only both finish if they overlap.
+      const meet = (mine: string, theirs: string) =>
+        shell(`touch ${mine}; while [ ! -f ${theirs} ]; do sleep 0.05; done; echo met`, {
+          mounts: { "/meet": shared },
+          workDir: "/meet",
+          timeoutMs: 20_000,
+        })
+      const [first, second] = await Promise.all([
+        run.exec(meet("a", "b"), collect(), never),
+        run.exec(meet("b", "a"), collect(), never),
+      ])
+      expect([first, second]).toEqual([
+        { code: 0, timedOut: false },
+        { code: 0, timedOut: false },
+      ])
+    })
+
+    it("kills a task that outlives its timeout and resolves with timedOut", async () => {
+      const { run } = await openRun()
+      const started = performance.now()
+      const exit = await run.exec(shell("echo started; sleep 30", { timeoutMs: 500 }), collect(), never)
+      expect(exit.timedOut).toBe(true)
+      expect(exit.code).not.toBe(0)
+      expect(performance.now() - started).toBeLessThan(10_000)
+    })
+
+    it("kills the task and rejects with the signal's reason when aborted", async () => {
+      const { run } = await openRun()
+      const controller = new AbortController()
+      const reason = new Error("stopped by the contract test")
+      const output = collect()
+      const started = performance.now()
+      const exec = run.exec(shell("echo started; sleep 30"), output, controller.signal)
+      await until(() => output.out() === "started\n")
+      controller.abort(reason)
+      await expect(exec).rejects.toBe(reason)
+      expect(performance.now() - started).toBeLessThan(10_000)
+    })
+
+    it("rejects at once when the signal is already aborted", async () => {
+      const { run } = await openRun()
+      const reason = new Error("stopped before it started")
+      await expect(run.exec(shell("echo never"), collect(), AbortSignal.abort(reason))).rejects.toBe(reason)
+    })
+
+    it("rejects with a SystemError naming a missing executable", async () => {
+      const { run } = await openRun()
+      const task = shell("", { command: { path: "runnel-no-such-executable", args: ["x"] } })
+      const exec = run.exec(task, collect(), never)
+      await expect(exec).rejects.toBeInstanceOf(SystemError)
+      await expect(exec).rejects.toThrow(/runnel-no-such-executable/)
+    })
+
+    it("keeps the volumes of two runs apart, even with the same name", async () => {
+      const { run: first } = await openRun()
+      const { run: second } = await openRun()
+      const task = (script: string, volume: { name: string }) =>
+        shell(script, { mounts: { "/shared": volume }, workDir: "/shared" })
+      await first.exec(task("echo secret > mine.txt", await first.createVolume("shared")), collect(), never)
+      const output = collect()
+      const exit = await second.exec(task("ls", await second.createVolume("shared")), output, never)
+      expect(exit.code).toBe(0)
+      expect(output.out()).toBe("")
+    })
+
+    it("rejects a task that mounts a volume its run did not create", async () => {
+      const { run } = await openRun()
+      const task = shell("true", { mounts: { "/elsewhere": { name: "never-created" } } })
+      await expect(run.exec(task, collect(), never)).rejects.toThrow(SystemError)
+    })
+
+    it("removes everything of the run on close, and closes twice without complaint", async () => {
+      const { run, runId } = await openRun()
+      const cache = await run.createVolume("cache")
+      await run.exec(shell("echo x > file", { mounts: { "/cache": cache }, workDir: "/cache" }), collect(), never)
+      await run.close()
+      await run.close()
+      if (options.remains !== undefined) expect(await options.remains(runId)).toEqual([])
+    })
+
+    it("closes a run in which nothing ran", async () => {
+      const { run } = await openRun()
+      await run.close()
+    })
+  })
+}
+
+/** A TaskOutput that keeps everything, for tests with small outputs; `out()` and `err()` read it back. */
+export function collect(): TaskOutput & { out(): string; err(): string } {
+  const out: Buffer[] = []
+  const err: Buffer[] = []
+  return {
+    stdout: (chunk) => void out.push(chunk),
+    stderr: (chunk) => void err.push(chunk),
+    out: () => Buffer.concat(out).toString(),
+    err: () => Buffer.concat(err).toString(),
+  }
+}
+
+/** Resolves once `done()` holds, polling; fails the test after `timeoutMs`. */
+export async function until(done: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = performance.now() + timeoutMs
+  while (!done()) {
+    if (performance.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}

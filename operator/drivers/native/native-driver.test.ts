@@ -1,0 +1,169 @@
+import { spawn } from "node:child_process"
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises"
+import { hostname, tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, describe, expect, it, onTestFinished } from "vitest"
+import { SystemError } from "../../../lib/core/errors.ts"
+import type { TaskSpec } from "../driver.ts"
+import { collect, driverContract } from "../driver-contract.ts"
+import { nativeDriverFactory } from "./native-driver.ts"
+
+const workRoot = await mkdtemp(join(tmpdir(), "runnel-native-test-"))
+afterAll(() => rm(workRoot, { recursive: true, force: true }))
+
+const path = process.env.PATH ?? "/usr/bin:/bin"
+const factory = nativeDriverFactory({ workRoot, path })
+
+driverContract("native", () => factory.create({}), {
+  remains: async (runId) => (await readdir(workRoot)).filter((entry) => entry.startsWith(`${runId}-`)),
+})
+
+const never = new AbortController().signal
+
+async function openRun(runId = "native-test") {
+  const driver = factory.create({})
+  const run = await driver.open(runId)
+  onTestFinished(async () => {
+    await run.close()
+    await driver.close()
+  })
+  return { driver, run }
+}
+
+function shell(script: string, more: Partial<TaskSpec> = {}): TaskSpec {
+  return {
+    path: "tasks/1/native",
+    name: "native",
+    image: "ignored",
+    command: { path: "sh", args: ["-c", script] },
+    env: {},
+    mounts: {},
+    ...more,
+  }
+}
+
+/** Whether `pid` is a live process; a zombie nobody reaps (PID 1 here may not) has already died. */
+async function running(pid: number): Promise<boolean> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined)
+  return stat !== undefined && stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
+}
+
+/** The pid of a process that has exited. */
+async function deadPid(): Promise<number> {
+  const child = spawn("true")
+  await new Promise((resolve) => child.once("exit", resolve))
+  return child.pid ?? 0
+}
+
+describe("native driver", () => {
+  it("kills the whole process group when a task times out", async () => {
+    const { run } = await openRun()
+    const output = collect()
+    const exit = await run.exec(shell("sleep 100 & echo $!; sleep 100", { timeoutMs: 300 }), output, never)
+    expect(exit).toEqual({ code: 137, timedOut: true })
+    expect(await running(Number(output.out().trim()))).toBe(false)
+  })
+
+  it("kills the whole process group when a task is aborted", async () => {
+    const { run } = await openRun()
+    const output = collect()
+    const controller = new AbortController()
+    const exec = run.exec(shell("sleep 100 & echo $!; sleep 100"), output, controller.signal)
+    while (output.out() === "") await new Promise((resolve) => setTimeout(resolve, 10))
+    controller.abort(new Error("stopped"))
+    await expect(exec).rejects.toThrow("stopped")
+    expect(await running(Number(output.out().trim()))).toBe(false)
+  })
+
+  it("ends a task with its main process, killing what it left in the background", async () => {
+    const { run } = await openRun()
+    const output = collect()
+    const started = performance.now()
+    expect(await run.exec(shell("sleep 100 & echo $!"), output, never)).toEqual({ code: 0, timedOut: false })
+    expect(performance.now() - started).toBeLessThan(5000)
+    expect(await running(Number(output.out().trim()))).toBe(false)
+  })
+
+  it("gives a task exactly its env plus PATH, and HOME set to the run directory", async () => {
+    const { run } = await openRun("env-run")
+    const output = collect()
+    await run.exec({ ...shell(""), command: { path: "env", args: [] }, env: { ONLY: "this" } }, output, never)
+    const env = Object.fromEntries(
+      output
+        .out()
+        .trim()
+        .split("\n")
+        .map((line) => line.split(/=(.*)/s).slice(0, 2)),
+    )
+    expect(Object.keys(env).sort()).toEqual(["HOME", "ONLY", "PATH"])
+    expect(env).toMatchObject({ ONLY: "this", PATH: path })
+    expect(env.HOME).toMatch(new RegExp(`^${workRoot}/env-run-[0-9a-f]+$`))
+  })
+
+  it("lets the task's own PATH win", async () => {
+    const { run } = await openRun()
+    const output = collect()
+    await run.exec(shell('echo "$PATH"', { env: { PATH: `/opt/tools:${path}` } }), output, never)
+    expect(output.out()).toBe(`/opt/tools:${path}\n`)
+  })
+
+  it("runs in the run directory, or below it for a workDir outside every volume", async () => {
+    const { run } = await openRun("cwd-run")
+    const home = collect()
+    await run.exec(shell("pwd"), home, never)
+    expect(home.out()).toMatch(new RegExp(`^${workRoot}/cwd-run-[0-9a-f]+\\n$`))
+    const deep = collect()
+    await run.exec(shell("pwd", { workDir: "/src/app/" }), deep, never)
+    expect(deep.out()).toBe(`${home.out().trim()}/src/app\n`)
+  })
+
+  it("runs a workDir below a mount inside that volume's directory", async () => {
+    const { run } = await openRun()
+    const volume = await run.createVolume("cache")
+    const mounts = { "/cache": volume }
+    await run.exec(shell("echo deep > file", { mounts, workDir: "/cache/a/b" }), collect(), never)
+    const output = collect()
+    await run.exec(shell("cat a/b/file", { mounts, workDir: "/cache" }), output, never)
+    expect(output.out()).toBe("deep\n")
+  })
+
+  it("names a missing executable and the PATH searched", async () => {
+    const { run } = await openRun()
+    const exec = run.exec({ ...shell(""), command: { path: "runnel-nope", args: [] } }, collect(), never)
+    await expect(exec).rejects.toBeInstanceOf(SystemError)
+    await expect(exec).rejects.toThrow(`executable "runnel-nope" not found on PATH ${path}`)
+  })
+
+  it("kills running tasks and removes the run directory on close", async () => {
+    const driver = factory.create({})
+    const run = await driver.open("close-run")
+    const output = collect()
+    const exec = run.exec(shell("echo $$; sleep 100"), output, never)
+    while (output.out() === "") await new Promise((resolve) => setTimeout(resolve, 10))
+    await run.close()
+    expect((await exec).code).toBe(137)
+    expect(await running(Number(output.out().trim()))).toBe(false)
+    expect((await readdir(workRoot)).filter((entry) => entry.startsWith("close-run-"))).toEqual([])
+  })
+
+  it("removes the run directories of dead owners and keeps those of live ones", async () => {
+    const dead = join(workRoot, "crashed-run-00000000")
+    const live = join(workRoot, "live-run-00000000")
+    const unowned = join(workRoot, "unowned")
+    await Promise.all([mkdir(dead), mkdir(live), mkdir(unowned)])
+    await writeFile(join(dead, "owner"), `${hostname()}:${await deadPid()}`)
+    await writeFile(join(live, "owner"), `${hostname()}:${process.pid}`)
+    onTestFinished(async () => {
+      await Promise.all([live, unowned].map((dir) => rm(dir, { recursive: true, force: true })))
+    })
+    await factory.create({}).removeLeftovers()
+    const entries = await readdir(workRoot)
+    expect(entries).not.toContain("crashed-run-00000000")
+    expect(entries).toEqual(expect.arrayContaining(["live-run-00000000", "unowned"]))
+  })
+
+  it("finds no leftovers when the work root does not exist yet", async () => {
+    const driver = nativeDriverFactory({ workRoot: join(workRoot, "missing"), path }).create({})
+    await driver.removeLeftovers()
+  })
+})
