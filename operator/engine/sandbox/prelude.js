@@ -66,9 +66,11 @@
       } catch (error) {
         return Promise.reject(error)
       }
-      return runTask
-        .apply(undefined, [json], { result: { promise: true, copy: true } })
-        .then((text) => deepFreeze(JSON.parse(text)), withCallerStack(trace))
+      return runTask.apply(undefined, [json], { result: { promise: true, copy: true } }).then((text) => {
+        const settled = JSON.parse(text)
+        if (!settled.ok) withCallerStack(trace)(settled)
+        return deepFreeze(settled.result)
+      }, withCallerStack(trace))
     },
   })
 

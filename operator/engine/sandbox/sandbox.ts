@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs"
 import ivm from "isolated-vm"
-import { SystemError } from "../../../lib/core/errors.ts"
+import { errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import type { OutputStream } from "../../../lib/core/run.ts"
 import { type CompiledScript, originalPosition } from "./compile.ts"
 
@@ -107,7 +107,16 @@ function hostObject(globals: ScriptGlobals, host: ScriptHost) {
   return {
     context: JSON.stringify(globals.pipelineContext),
     request: globals.request === undefined ? undefined : JSON.stringify(globals.request),
-    runTask: new ivm.Reference(async (taskJson: string) => JSON.stringify(await host.runTask(taskJson))),
+    // Settles with an envelope and never rejects: a rejected promise handed to
+    // isolated-vm before it attaches its handlers is an unhandled rejection in
+    // the host, which would end the whole process.
+    runTask: new ivm.Reference(async (taskJson: string) => {
+      try {
+        return JSON.stringify({ ok: true, result: await host.runTask(taskJson) })
+      } catch (error) {
+        return JSON.stringify({ ok: false, message: errorMessage(error) })
+      }
+    }),
     log: new ivm.Reference((stream: OutputStream, text: string) => host.console(stream, text)),
     respond: new ivm.Reference((responseJson: string) => host.respond(responseJson)),
   }

@@ -1,0 +1,176 @@
+// npm run bench: runnel's costs against the floors of this machine, each floor
+// measured in the same run, variants interleaved so drift hits both alike.
+import { execFileSync } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import Docker from "dockerode"
+import { hostEnvironment } from "../lib/config/flags.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { dockerDriverFactory } from "../operator/drivers/docker/docker-driver.ts"
+import type { Driver } from "../operator/drivers/driver.ts"
+import { runScript } from "../operator/engine/engine.ts"
+import { compileScript } from "../operator/engine/sandbox/compile.ts"
+import { runInSandbox } from "../operator/engine/sandbox/sandbox.ts"
+import { rawTask } from "./docker-floor.ts"
+import { quietObserver } from "./quiet-observer.ts"
+
+const reps = Number(process.env.BENCH_REPS ?? 3)
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2
+}
+const time = async (work: () => Promise<unknown>) => {
+  const started = performance.now()
+  await work()
+  return performance.now() - started
+}
+const line = (name: string, runnel: string, floor: string, ratio: string, target: string) =>
+  console.log(`${name.padEnd(18)} ${runnel.padEnd(22)} ${floor.padEnd(22)} ${ratio.padEnd(14)} ${target}`)
+
+let runs = 0
+function taskScript(count: number, parallel: boolean): string {
+  const task = (name: string) => `runtime.run({ name: ${name}, image: "busybox", command: { path: "true" } })`
+  const body = parallel
+    ? `const results = await Promise.all([${Array.from({ length: count }, (_, n) => task(`"t${n}"`)).join(", ")}])`
+    : `const results = []\n for (let n = 0; n < ${count}; n++) results.push(await ${task('"t" + n')})`
+  return `export const pipeline = async () => {\n ${body}\n for (const r of results) assert.equal(r.code, 0)\n}`
+}
+
+async function engineRun(driver: Driver, store: LogStore, source: string): Promise<void> {
+  const result = await runScript(
+    {
+      runId: `bench-${process.pid}-${++runs}`,
+      pipelineId: "bench",
+      pipelineName: "bench",
+      filename: "bench.ts",
+      source,
+      triggeredBy: "manual",
+      args: [],
+    },
+    {
+      driver,
+      driverName: "docker",
+      store,
+      secrets: staticSecrets({}),
+      observer: quietObserver,
+      limits: { memoryMb: 128, timeoutMs: 600_000 },
+    },
+    new AbortController().signal,
+  )
+  if (result.status !== "success") throw new Error(`bench run ended ${result.status}: ${result.message}`)
+}
+
+async function taskOverhead(docker: Docker, driver: Driver, store: LogStore) {
+  const sequential = taskScript(20, false)
+  const parallel = taskScript(8, true)
+  const seq = { runnel: [] as number[], raw: [] as number[] }
+  const par = { runnel: [] as number[], raw: [] as number[] }
+  await engineRun(driver, store, taskScript(1, false)) // warm-up: esbuild's service, first container
+  for (let rep = 0; rep < reps; rep++) {
+    seq.raw.push(
+      (await time(async () => {
+        for (let n = 0; n < 20; n++) await rawTask(docker, ["true"])
+      })) / 20,
+    )
+    seq.runnel.push((await time(() => engineRun(driver, store, sequential))) / 20)
+    par.raw.push(await time(() => Promise.all(Array.from({ length: 8 }, () => rawTask(docker, ["true"])))))
+    par.runnel.push(await time(() => engineRun(driver, store, parallel)))
+  }
+  const s = { runnel: median(seq.runnel), raw: median(seq.raw) }
+  const p = { runnel: median(par.runnel), raw: median(par.raw) }
+  line(
+    "per-task overhead",
+    `${s.runnel.toFixed(1)} ms/task`,
+    `${s.raw.toFixed(1)} ms/task`,
+    `${(s.runnel / s.raw).toFixed(3)}`,
+    "≤ 1.10",
+  )
+  line(
+    "parallel (8 tasks)",
+    `${p.runnel.toFixed(0)} ms`,
+    `${p.raw.toFixed(0)} ms`,
+    `${(p.runnel / p.raw).toFixed(3)}`,
+    "≤ 1.15",
+  )
+}
+
+function logThroughput() {
+  const measure = (variant: string) =>
+    JSON.parse(
+      execFileSync(
+        process.execPath,
+        ["--disable-warning=ExperimentalWarning", join(import.meta.dirname, "log-throughput.ts"), variant],
+        {
+          encoding: "utf8",
+        },
+      ),
+    ) as { mbPerS: number; peakRssMiB: number; rssGrowthMiB: number }
+  const raw: number[] = []
+  const runnel: { mbPerS: number; peakRssMiB: number; rssGrowthMiB: number }[] = []
+  for (let rep = 0; rep < reps; rep++) {
+    raw.push(measure("raw").mbPerS)
+    runnel.push(measure("runnel"))
+  }
+  const rate = median(runnel.map((r) => r.mbPerS))
+  const floor = median(raw)
+  const peak = Math.max(...runnel.map((r) => r.peakRssMiB))
+  const growth = Math.max(...runnel.map((r) => r.rssGrowthMiB))
+  line(
+    "log throughput",
+    `${rate.toFixed(1)} MB/s`,
+    `${floor.toFixed(1)} MB/s`,
+    `${(rate / floor).toFixed(3)}`,
+    `≥ 0.8 (peak RSS ${peak.toFixed(0)} MiB, +${growth.toFixed(0)} MiB)`,
+  )
+}
+
+async function sandboxStart() {
+  const helpers = Array.from(
+    { length: 45 },
+    (_, n) =>
+      `function step${n}(input: { name: string; n: number }): string {\n  return \`\${input.name}-\${input.n + ${n}}\`\n}`,
+  ).join("\n")
+  const source = `${helpers}\nexport const pipeline = async () => {\n  const names: string[] = []\n  names.push(step0({ name: "a", n: 1 }))\n  assert.equal(names.length, 1)\n}\n`
+  const lines = source.split("\n").length
+  const host = { runTask: async () => ({}), console: () => {}, respond: () => {} }
+  const globals = { pipelineContext: {}, request: undefined }
+  const limits = { memoryMb: 128, timeoutMs: 60_000 }
+  const once = async () => {
+    const script = await compileScript(source, "bench.ts")
+    await runInSandbox(script, globals, host, limits, new AbortController().signal)
+  }
+  for (let n = 0; n < 10; n++) await once()
+  const samples: number[] = []
+  for (let n = 0; n < 100; n++) samples.push(await time(once))
+  line(
+    "sandbox start",
+    `${median(samples).toFixed(2)} ms median`,
+    "-",
+    "-",
+    `< 10 ms (${lines}-line pipeline: compile, isolate, run)`,
+  )
+}
+
+const docker = new Docker()
+await docker.ping().catch(() => {
+  console.error("npm run bench needs a Docker daemon with the busybox image: run `sudo bash .ci/docker-up`")
+  process.exit(2)
+})
+const dir = mkdtempSync(join(tmpdir(), "runnel-bench-"))
+const store = await openSqliteLogStore(join(dir, "runnel.db"))
+const driver = dockerDriverFactory({ host: hostEnvironment().dockerHost }).create({})
+console.log(`runnel bench, ${reps} interleaved reps each, medians; floors measured in this run\n`)
+line("what", "runnel", "floor", "ratio", "target")
+try {
+  await sandboxStart()
+  await taskOverhead(docker, driver, store)
+  logThroughput()
+} finally {
+  await store.close()
+  await driver.close()
+  rmSync(dir, { recursive: true, force: true })
+}

@@ -1,0 +1,106 @@
+import { randomBytes } from "node:crypto"
+import { readFile } from "node:fs/promises"
+import { basename, extname } from "node:path"
+import type { Command } from "commander"
+import { type FlagSpec, parseKeyValues, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
+import { parseDuration } from "../lib/core/duration.ts"
+import { badRequest, errorMessage } from "../lib/core/errors.ts"
+import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { RunAborted, runScript } from "../operator/engine/engine.ts"
+import { driverRegistry } from "./drivers.ts"
+import { addFlags } from "./flags.ts"
+import { TerminalObserver } from "./terminal-observer.ts"
+
+export const runnerFlags: readonly FlagSpec[] = [
+  { name: "driver", value: "NAME", defaultValue: "docker", description: "runs the tasks: docker or native" },
+  {
+    name: "secret",
+    value: "KEY=VALUE",
+    repeatable: true,
+    description: "a secret for `secret:KEY` env values (repeatable)",
+  },
+  {
+    name: "storage-sqlite-path",
+    value: "PATH",
+    defaultValue: ":memory:",
+    description: "SQLite file that keeps the run's task records and output",
+  },
+  { name: "pipeline-memory-mb", value: "MB", defaultValue: "128", description: "memory limit of the script's sandbox" },
+  { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of the whole run" },
+]
+
+export function runnerCommand(program: Command): void {
+  const command = program
+    .command("runner")
+    .description("run a pipeline file on this machine, without a server; exits with the run's code")
+    .argument("<file>", "pipeline script (.ts or .js)")
+    .argument("[args...]", "arguments after -- become pipelineContext.args")
+    .usage("FILE [options] [-- ARGS...]")
+  addFlags(command, runnerFlags)
+  command.action(async (file: string, args: string[], options: Record<string, unknown>) => {
+    process.exitCode = await runner(file, args, options)
+  })
+}
+
+async function runner(file: string, args: string[], options: Record<string, unknown>): Promise<number> {
+  const flags = readFlags(runnerFlags, options)
+  const driverName = String(flags.driver)
+  const factory = driverRegistry().get(driverName)
+  const secrets = parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret")
+  const limits = {
+    memoryMb: parsePositiveInt(flags["pipeline-memory-mb"] as string, "pipeline-memory-mb"),
+    timeoutMs: parseDuration(String(flags["pipeline-timeout"])),
+  }
+  const source = await readPipeline(file)
+  const driver = factory.create({})
+  const leftovers = driver.removeLeftovers().catch(() => {}) // the daemon may be down; a task will say so
+  const store = await openSqliteLogStore(String(flags["storage-sqlite-path"]))
+  const stop = new AbortController()
+  const onSignal = () => {
+    if (stop.signal.aborted) process.exit(130)
+    process.stderr.write("stopping the run: its tasks are being killed (press Ctrl-C again to quit at once)\n")
+    stop.abort(new RunAborted("the run was stopped by a signal"))
+  }
+  process.on("SIGINT", onSignal)
+  process.on("SIGTERM", onSignal)
+  try {
+    const result = await runScript(
+      {
+        runId: `local-${randomBytes(4).toString("hex")}`,
+        pipelineId: "local",
+        pipelineName: basename(file, extname(file)),
+        filename: file,
+        source,
+        triggeredBy: "manual",
+        args,
+      },
+      {
+        driver,
+        driverName,
+        store,
+        secrets: staticSecrets(secrets),
+        observer: new TerminalObserver(process.stdout, process.stderr),
+        limits,
+      },
+      stop.signal,
+    )
+    return result.code
+  } finally {
+    process.off("SIGINT", onSignal)
+    process.off("SIGTERM", onSignal)
+    await leftovers
+    await store.close()
+    await driver.close()
+  }
+}
+
+async function readPipeline(file: string): Promise<string> {
+  try {
+    return await readFile(file, "utf8")
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    const reason = code === "ENOENT" ? "no such file" : code === "EISDIR" ? "it is a directory" : errorMessage(error)
+    throw badRequest(`cannot read pipeline file "${file}": ${reason}`)
+  }
+}

@@ -1,0 +1,640 @@
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
+import {
+  isMainThread,
+  MessageChannel,
+  type MessagePort,
+  parentPort,
+  receiveMessageOnPort,
+  Worker,
+  workerData,
+} from "node:worker_threads"
+import { badRequest, errorMessage, SystemError } from "../core/errors.ts"
+import type { OutputStream, TaskRecord } from "../core/run.ts"
+import type { TaskStatus } from "../core/status.ts"
+import type { LogStore, SearchHit } from "./log-store.ts"
+
+/**
+ * Schema steps, applied in order; `PRAGMA user_version` counts the steps a
+ * file has. Append new steps, never edit one that has shipped.
+ */
+const migrations: readonly string[] = [
+  `CREATE TABLE tasks (
+     run_id TEXT NOT NULL,
+     path TEXT NOT NULL,
+     name TEXT NOT NULL,
+     status TEXT NOT NULL,
+     code INTEGER,
+     started_at TEXT,
+     ended_at TEXT,
+     seq INTEGER NOT NULL,
+     PRIMARY KEY (run_id, path)
+   );
+   CREATE INDEX tasks_by_start ON tasks (run_id, seq);
+   CREATE TABLE chunks (
+     id INTEGER PRIMARY KEY,
+     run_id TEXT NOT NULL,
+     path TEXT NOT NULL,
+     stream TEXT NOT NULL,
+     text TEXT NOT NULL
+   );
+   CREATE INDEX chunks_by_stream ON chunks (run_id, path, stream);
+   -- External content: the index keeps no second copy of the text; snippet() reads it from chunks.
+   CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content = 'chunks', content_rowid = 'id');
+   -- Chunks up to this id are in chunks_fts. Ids only grow, so one number says what is left to index.
+   CREATE TABLE fts_progress (indexed_through INTEGER NOT NULL);
+   INSERT INTO fts_progress VALUES (0);`,
+]
+
+const busyTimeoutMs = 5_000
+/** Queued output is handed to the writer once per event-loop turn, or sooner once this much text is queued. */
+const batchChars = 1 << 20
+/** Text handed over but not yet written; beyond it append() waits for the writer, so memory stays bounded. */
+const maxInFlightChars = 4 << 20
+/**
+ * Chunks of one stream queued together are joined, so chatty output does not
+ * cost a row per write, and cut into rows of about this size, at a line end
+ * where there is one. Row size is a trade: smaller rows index slower (about
+ * 24 MB/s at 16 KiB against 34 at 64 KiB, measured) but snippet() re-reads a
+ * whole row per hit (20 hits cost ≈6 ms at 16 KiB, ≈58 at 64 KiB).
+ */
+const rowChars = 16 << 10
+/**
+ * The longest a writer transaction stays open: how late a write becomes
+ * durable, and how long another process's writer may wait for the lock.
+ * Shorter transactions index slower (each commit closes an FTS5 segment).
+ */
+const transactionMs = 50
+/** The WAL is copied into the database file at most this often, so it holds well under a second of output. */
+const checkpointIntervalMs = 200
+/** WAL frames (pages) beyond which the writer pauses for a checkpoint to catch up: 16,384 × 4 KiB = 64 MiB. */
+const restartFrames = 16_384
+/** The longest the writer pauses for it. */
+const maxPauseMs = 100
+const defaultSearchLimit = 20
+const writerRole = "runnel-log-writer"
+const checkpointerRole = "runnel-log-checkpointer"
+
+/** Opens (creating or migrating) the log store in the SQLite file at `path`; `:memory:` for a private store. */
+export async function openSqliteLogStore(path: string): Promise<LogStore> {
+  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  try {
+    db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
+    migrate(db)
+    const writer = path === ":memory:" ? inlineWriter(db) : await threadWriter(path)
+    return new SqliteLogStore(db, writer)
+  } catch (error) {
+    db.close()
+    throw error
+  }
+}
+
+function migrate(db: DatabaseSync): void {
+  const version = () => Number(db.prepare("PRAGMA user_version").get()?.user_version ?? 0)
+  if (version() >= migrations.length) return
+  // IMMEDIATE: two processes opening a new file at once take turns, and the second sees the first's steps.
+  transaction(db, () => {
+    for (let step = version(); step < migrations.length; step++) {
+      db.exec(migrations[step] ?? "")
+      db.exec(`PRAGMA user_version = ${step + 1}`)
+    }
+  })
+}
+
+function transaction(db: DatabaseSync, work: () => void): void {
+  db.exec("BEGIN IMMEDIATE")
+  try {
+    work()
+    db.exec("COMMIT")
+  } catch (error) {
+    db.exec("ROLLBACK")
+    throw error
+  }
+}
+
+type Chunk = { runId: string; path: string; stream: OutputStream; text: string }
+/** Writes in the order the store received them; `seq` counts batches from 1. */
+type Batch = { seq: number; tasks: TaskRecord[]; chunks: Chunk[] }
+
+/**
+ * Reads on the event loop's own connection; every write goes through a
+ * Writer, so that ingest never waits for SQLite's write lock there.
+ */
+class SqliteLogStore implements LogStore {
+  readonly #db: DatabaseSync
+  readonly #writer: Writer
+  readonly #selectTasks: StatementSync
+  readonly #selectOutput: StatementSync
+  readonly #search: StatementSync
+  readonly #searchRun: StatementSync
+  #tasks: TaskRecord[] = []
+  #chunks: Chunk[] = []
+  #queuedChars = 0
+  #scheduled: NodeJS.Immediate | undefined
+  #seq = 0
+  #failure: Error | undefined
+  #closed: Promise<void> | undefined
+
+  constructor(db: DatabaseSync, writer: Writer) {
+    this.#db = db
+    this.#writer = writer
+    this.#selectTasks = db.prepare(
+      "SELECT run_id, path, name, status, code, started_at, ended_at FROM tasks WHERE run_id = ? ORDER BY seq",
+    )
+    this.#selectOutput = db.prepare("SELECT text FROM chunks WHERE run_id = ? AND path = ? AND stream = ? ORDER BY id")
+    // Newest first by rowid, never by rank: ranking reads every hit (≈70 ms per GiB for a common word).
+    const hits = `SELECT c.run_id, c.path, c.stream, snippet(chunks_fts, 0, '', '', '…', 16) AS snippet
+                  FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid`
+    this.#search = db.prepare(`${hits} WHERE chunks_fts MATCH ? ORDER BY chunks_fts.rowid DESC LIMIT ?`)
+    // A run's chunks lie between its first and last id, a range FTS5 skips to instead of reading every hit.
+    this.#searchRun = db.prepare(
+      `${hits} WHERE chunks_fts MATCH $query AND c.run_id = $runId
+         AND chunks_fts.rowid BETWEEN (SELECT min(id) FROM chunks WHERE run_id = $runId)
+                                  AND (SELECT max(id) FROM chunks WHERE run_id = $runId)
+       ORDER BY chunks_fts.rowid DESC LIMIT $limit`,
+    )
+  }
+
+  saveTask(record: TaskRecord): void {
+    this.#assertOpen()
+    this.#tasks.push(record)
+    this.#schedule()
+  }
+
+  append(runId: string, path: string, stream: OutputStream, text: string): void {
+    this.#assertOpen()
+    if (text === "") return
+    const last = this.#chunks.at(-1)
+    if (last !== undefined && last.runId === runId && last.path === path && last.stream === stream) {
+      last.text += text
+      if (last.text.length > rowChars) this.#cutRows()
+    } else {
+      this.#chunks.push({ runId, path, stream, text })
+      if (text.length > rowChars) this.#cutRows()
+    }
+    this.#queuedChars += text.length
+    if (this.#queuedChars >= batchChars) this.#send()
+    else this.#schedule()
+  }
+
+  /**
+   * Cuts the last queued chunk into rows of rowChars at most, each ending at
+   * a line end where its second half has one: search cannot find a word that
+   * two rows split between them.
+   */
+  #cutRows(): void {
+    const row = this.#chunks.at(-1)
+    while (row !== undefined && row.text.length > rowChars) {
+      const lineEnd = row.text.lastIndexOf("\n", rowChars - 1)
+      const end = lineEnd >= rowChars / 2 ? lineEnd + 1 : rowChars
+      this.#chunks.splice(-1, 0, { ...row, text: row.text.slice(0, end) })
+      row.text = row.text.slice(end)
+    }
+  }
+
+  tasks(runId: string): TaskRecord[] {
+    this.#sync()
+    return this.#selectTasks.all(runId).map((row) => ({
+      runId: String(row.run_id),
+      path: String(row.path),
+      name: String(row.name),
+      status: String(row.status) as TaskStatus,
+      code: row.code === null ? null : Number(row.code),
+      startedAt: row.started_at === null ? null : String(row.started_at),
+      endedAt: row.ended_at === null ? null : String(row.ended_at),
+    }))
+  }
+
+  output(runId: string, path: string, stream: OutputStream): string {
+    this.#sync()
+    return this.#selectOutput
+      .all(runId, path, stream)
+      .map((row) => String(row.text))
+      .join("")
+  }
+
+  search(query: string, options: { runId?: string; limit?: number } = {}): SearchHit[] {
+    const { runId, limit = defaultSearchLimit } = options
+    let rows: Record<string, SQLInputValue>[]
+    try {
+      rows = runId === undefined ? this.#search.all(query, limit) : this.#searchRun.all({ query, runId, limit })
+    } catch (error) {
+      // SQLITE_ERROR (1) is what FTS5 raises for a query it cannot parse; locks and I/O have other codes.
+      if ((error as { errcode?: unknown }).errcode !== 1) throw error
+      throw badRequest(`search query "${query}" is not valid FTS5 query syntax: ${errorMessage(error)}`, {
+        cause: error,
+      })
+    }
+    return rows.map((row) => ({
+      runId: String(row.run_id),
+      path: String(row.path),
+      stream: String(row.stream) as OutputStream,
+      snippet: String(row.snippet),
+    }))
+  }
+
+  async flush(): Promise<void> {
+    this.#send()
+    await this.#writer.indexed(this.#seq)
+  }
+
+  close(): Promise<void> {
+    this.#closed ??= this.#close()
+    return this.#closed
+  }
+
+  async #close(): Promise<void> {
+    try {
+      await this.flush()
+    } finally {
+      clearImmediate(this.#scheduled)
+      await this.#writer.close()
+      this.#db.close()
+    }
+  }
+
+  #assertOpen(): void {
+    if (this.#closed !== undefined) throw new Error("the log store is closed")
+    if (this.#failure !== undefined) throw this.#failure
+  }
+
+  #schedule(): void {
+    this.#scheduled ??= setImmediate(() => {
+      try {
+        this.#send()
+      } catch (error) {
+        // Thrown here it would be an uncaught exception; the next call reports it instead.
+        this.#failure = new SystemError(`the log store could not save output: ${errorMessage(error)}`, { cause: error })
+      }
+    })
+  }
+
+  /** Hands the queued writes to the writer. */
+  #send(): void {
+    clearImmediate(this.#scheduled)
+    this.#scheduled = undefined
+    if (this.#failure !== undefined) throw this.#failure
+    if (this.#tasks.length === 0 && this.#chunks.length === 0) return
+    const batch: Batch = { seq: ++this.#seq, tasks: this.#tasks, chunks: this.#chunks }
+    const chars = this.#queuedChars
+    this.#tasks = []
+    this.#chunks = []
+    this.#queuedChars = 0
+    this.#writer.write(batch, chars)
+  }
+
+  /** Reads see every write made before them. */
+  #sync(): void {
+    this.#send()
+    this.#writer.committed(this.#seq)
+  }
+}
+
+/** Writes the store's batches and fills chunks_fts behind them. */
+type Writer = {
+  /** Takes a batch; it is committed soon after. May block while too much text is waiting to be written. */
+  write(batch: Batch, chars: number): void
+  /** Blocks until batches through `seq` are committed. */
+  committed(seq: number): void
+  /** Resolves once the chunks of batches through `seq` are indexed. */
+  indexed(seq: number): Promise<void>
+  close(): Promise<void>
+}
+
+/**
+ * The statements of a writer connection. fts_progress is read and advanced
+ * inside the writer's transactions, which is what keeps the writers of two
+ * processes from indexing a chunk twice.
+ */
+function writeStatements(db: DatabaseSync) {
+  const insertChunk = db.prepare("INSERT INTO chunks (run_id, path, stream, text) VALUES (?, ?, ?, ?)")
+  // seq is given on the first save only, so a task keeps its place when its record is replaced.
+  const upsertTask = db.prepare(
+    `INSERT INTO tasks (run_id, path, name, status, code, started_at, ended_at, seq)
+     VALUES ($runId, $path, $name, $status, $code, $startedAt, $endedAt,
+             (SELECT coalesce(max(seq), 0) + 1 FROM tasks WHERE run_id = $runId))
+     ON CONFLICT (run_id, path) DO UPDATE SET name = excluded.name, status = excluded.status, code = excluded.code,
+       started_at = excluded.started_at, ended_at = excluded.ended_at`,
+  )
+  const selectProgress = db.prepare("SELECT indexed_through FROM fts_progress")
+  const updateProgress = db.prepare("UPDATE fts_progress SET indexed_through = ?")
+  const selectUnindexed = db.prepare("SELECT id FROM chunks WHERE id > ? ORDER BY id LIMIT 1")
+  const selectAnyUnindexed = db.prepare(
+    "SELECT EXISTS (SELECT 1 FROM chunks WHERE id > (SELECT indexed_through FROM fts_progress)) AS found",
+  )
+  const index = db.prepare("INSERT INTO chunks_fts (rowid, text) SELECT id, text FROM chunks WHERE id = ?")
+  return {
+    /** Writes a batch; returns the id of its last chunk, 0 if it has none. */
+    apply(batch: Batch): number {
+      for (const { runId, path, name, status, code, startedAt, endedAt } of batch.tasks) {
+        upsertTask.run({ runId, path, name, status, code, startedAt, endedAt })
+      }
+      let lastId = 0
+      for (const chunk of batch.chunks) {
+        lastId = Number(insertChunk.run(chunk.runId, chunk.path, chunk.stream, chunk.text).lastInsertRowid)
+      }
+      return lastId
+    },
+    progress: () => Number(selectProgress.get()?.indexed_through ?? 0),
+    hasUnindexed: () => selectAnyUnindexed.get()?.found === 1,
+    setProgress: (id: number) => updateProgress.run(id),
+    /** Indexes the chunk after `id`; returns its id, or undefined when every chunk is indexed. */
+    indexAfter(id: number): number | undefined {
+      const next = selectUnindexed.get(id)?.id
+      if (next === undefined) return undefined
+      index.run(next)
+      return Number(next)
+    },
+  }
+}
+
+/** For `:memory:` stores, which no second connection can open: each batch is written and indexed at once. */
+function inlineWriter(db: DatabaseSync): Writer {
+  const statements = writeStatements(db)
+  return {
+    write(batch) {
+      transaction(db, () => {
+        statements.apply(batch)
+        let progress = statements.progress()
+        for (let id = statements.indexAfter(progress); id !== undefined; id = statements.indexAfter(progress)) {
+          progress = id
+        }
+        statements.setProgress(progress)
+      })
+    },
+    committed() {},
+    indexed: async () => {},
+    close: async () => {},
+  }
+}
+
+/** Int32 slots shared between the store and its threads. */
+const slots = {
+  /** Bumped by the store after each message, so an idle writer wakes up. */
+  bell: 0,
+  /** The last batch the writer has written (committed or not): its message is no longer held in memory. */
+  applied: 1,
+  /** The last batch the writer has committed. */
+  committed: 2,
+  /** A batch the store waits to see committed: the writer commits early for it. */
+  wanted: 3,
+  /** 1 once the writer thread has failed. */
+  failed: 4,
+  /** 1 once the store is closing: the checkpointer ends. */
+  closing: 5,
+  /** 1 while the checkpointer asks the writer to pause, so that it can copy the whole WAL. */
+  restart: 6,
+  /** 1 while the writer pauses for it. */
+  paused: 7,
+} as const
+
+type ToWriter = Batch | { type: "stop" }
+type FromWriter = { indexedSeq: number }
+type ThreadData = { role: typeof writerRole | typeof checkpointerRole; path: string; shared: Int32Array }
+
+/**
+ * FTS5 indexing costs ≈30 ms of CPU per MB, more than ingest can afford on
+ * the event loop, and a second connection indexing beside the event loop's
+ * own writes would make those writes wait for the write lock, behind FTS5's
+ * commits and segment merges (measured: ≈3.5 ms of event loop per MB). So a
+ * writer thread owns every write: it writes each batch as it arrives and
+ * indexes chunks in between, one by one, in transactions of at most
+ * transactionMs. The event loop only copies each batch into a message
+ * (≈0.3 ms per MB). Checkpoints, which copy the WAL into the file and fsync
+ * (≈5 ms per MB written), run on a third connection in a thread of their own:
+ * in the writer they stalled writing for up to 150 ms at a time. The threads
+ * are referenced only while someone waits for them, so an idle store does not
+ * keep the process alive.
+ */
+async function threadWriter(path: string): Promise<Writer> {
+  const shared = new Int32Array(new SharedArrayBuffer(8 * Int32Array.BYTES_PER_ELEMENT))
+  const { port1: batches, port2: writerBatches } = new MessageChannel()
+  const writerData: ThreadData & { batches: MessagePort } = { role: writerRole, path, shared, batches: writerBatches }
+  const writer = new Worker(new URL(import.meta.url), { workerData: writerData, transferList: [writerBatches] })
+  const checkpointerData: ThreadData = { role: checkpointerRole, path, shared }
+  const checkpointer = new Worker(new URL(import.meta.url), { workerData: checkpointerData })
+  const threads = [writer, checkpointer]
+  const waiters: { seq: number; resolve: () => void; reject: (error: Error) => void }[] = []
+  let indexedSeq = 0
+  let failure: Error | undefined
+  const settle = () => {
+    for (const waiter of waiters.filter((waiter) => failure !== undefined || waiter.seq <= indexedSeq)) {
+      if (failure === undefined) waiter.resolve()
+      else waiter.reject(failure)
+      waiters.splice(waiters.indexOf(waiter), 1)
+    }
+    if (waiters.length === 0) writer.unref()
+  }
+  writer.on("message", (message: FromWriter) => {
+    indexedSeq = message.indexedSeq
+    settle()
+  })
+  const exited = threads.map((thread) => new Promise<void>((resolve) => thread.once("exit", () => resolve())))
+  for (const thread of threads) {
+    const fail = (reason: string) => {
+      failure ??= new SystemError(
+        `the log store's ${(thread === writer ? writerData : checkpointerData).role} stopped: ${reason}`,
+      )
+      settle()
+    }
+    thread.on("error", (error) => fail(errorMessage(error)))
+    thread.on("exit", (code) => fail(`it exited with code ${code}`))
+  }
+  await Promise.all(
+    threads.map(
+      (thread) =>
+        new Promise<void>((resolve, reject) => {
+          thread.once("online", resolve)
+          thread.once("error", reject)
+        }),
+    ),
+  )
+  for (const thread of threads) thread.unref()
+
+  const post = (message: ToWriter) => {
+    batches.postMessage(message)
+    Atomics.add(shared, slots.bell, 1)
+    Atomics.notify(shared, slots.bell)
+  }
+  /** Blocks the event loop until `slot` reaches `seq`; the writer gets there within a chunk's indexing. */
+  const waitFor = (slot: number, seq: number) => {
+    const deadline = performance.now() + busyTimeoutMs
+    for (let seen = Atomics.load(shared, slot); seen < seq; seen = Atomics.load(shared, slot)) {
+      if (failure !== undefined) throw failure
+      if (Atomics.load(shared, slots.failed) === 1) throw new SystemError("the log store's writer thread failed")
+      const leftMs = deadline - performance.now()
+      if (leftMs <= 0) throw new SystemError(`the log store's writer did not write within ${busyTimeoutMs} ms`)
+      Atomics.wait(shared, slot, seen, leftMs)
+    }
+  }
+  const inFlight: { seq: number; chars: number }[] = []
+  let inFlightChars = 0
+  return {
+    write(batch, chars) {
+      if (failure !== undefined) throw failure
+      post(batch)
+      inFlight.push({ seq: batch.seq, chars })
+      inFlightChars += chars
+      while (inFlightChars > maxInFlightChars) {
+        const oldest = inFlight[0]
+        if (oldest === undefined) break
+        if (oldest.seq > Atomics.load(shared, slots.applied)) waitFor(slots.applied, oldest.seq)
+        inFlight.shift()
+        inFlightChars -= oldest.chars
+      }
+    },
+    committed(seq) {
+      if (Atomics.load(shared, slots.committed) >= seq) return
+      Atomics.store(shared, slots.wanted, seq)
+      waitFor(slots.committed, seq)
+    },
+    indexed(seq) {
+      if (seq <= indexedSeq) return Promise.resolve()
+      if (failure !== undefined) return Promise.reject(failure)
+      writer.ref()
+      return new Promise((resolve, reject) => waiters.push({ seq, resolve, reject }))
+    },
+    async close() {
+      // Referenced again, or the process could exit before the threads have committed and closed.
+      for (const thread of threads) thread.ref()
+      post({ type: "stop" })
+      Atomics.store(shared, slots.closing, 1)
+      Atomics.notify(shared, slots.closing)
+      Atomics.notify(shared, slots.committed)
+      await Promise.all(exited)
+      batches.close()
+    },
+  }
+}
+
+function runWriter(path: string, shared: Int32Array, batches: MessagePort, store: MessagePort): void {
+  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  try {
+    // The checkpointer thread copies the WAL into the file; here it would stall writing.
+    db.exec("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0")
+    writeLoop(db, shared, batches, store)
+  } catch (error) {
+    Atomics.store(shared, slots.failed, 1)
+    Atomics.notify(shared, slots.applied)
+    Atomics.notify(shared, slots.committed)
+    throw error
+  } finally {
+    db.close()
+  }
+}
+
+function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, store: MessagePort): void {
+  const __st = { pauses: 0, pauseMax: 0, pauseSum: 0 }
+  const statements = writeStatements(db)
+  /** Batches written but not yet wholly indexed, with the id of their last chunk. */
+  const unindexed: { seq: number; lastId: number }[] = []
+  let appliedSeq = 0
+  let committedSeq = 0
+  let open = false
+  let openedAt = 0
+  let progress = 0
+  let stopping = false
+
+  const begin = () => {
+    db.exec("BEGIN IMMEDIATE")
+    open = true
+    openedAt = performance.now()
+    progress = statements.progress()
+  }
+  const commit = () => {
+    statements.setProgress(progress)
+    db.exec("COMMIT")
+    open = false
+    committedSeq = appliedSeq
+    Atomics.store(shared, slots.committed, committedSeq)
+    Atomics.notify(shared, slots.committed)
+    let indexedSeq = 0
+    while (unindexed[0] !== undefined && unindexed[0].lastId <= progress) indexedSeq = unindexed.shift()?.seq ?? 0
+    if (indexedSeq > 0) store.postMessage({ indexedSeq } satisfies FromWriter)
+    if (Atomics.load(shared, slots.restart) === 1) {
+      const __p = performance.now()
+      Atomics.store(shared, slots.paused, 1)
+      Atomics.wait(shared, slots.restart, 1, maxPauseMs)
+      Atomics.store(shared, slots.paused, 0)
+      __st.pauses++; __st.pauseMax = Math.max(__st.pauseMax, performance.now() - __p); __st.pauseSum += performance.now() - __p
+    }
+  }
+
+  for (;;) {
+    const rung = Atomics.load(shared, slots.bell)
+    for (
+      let received = receiveMessageOnPort(batches);
+      received !== undefined;
+      received = receiveMessageOnPort(batches)
+    ) {
+      const message = received.message as ToWriter
+      if ("type" in message) {
+        stopping = true
+        continue
+      }
+      if (!open) begin()
+      unindexed.push({ seq: message.seq, lastId: statements.apply(message) })
+      appliedSeq = message.seq
+      Atomics.store(shared, slots.applied, appliedSeq)
+      Atomics.notify(shared, slots.applied)
+    }
+    // Chunks left unindexed by a process that ended are taken up here too: progress is shared in the file.
+    if (!open && !stopping && statements.hasUnindexed()) begin()
+    const indexed = open && !stopping ? statements.indexAfter(progress) : undefined
+    if (indexed !== undefined) progress = indexed
+    if (
+      open &&
+      (indexed === undefined ||
+        Atomics.load(shared, slots.wanted) > committedSeq ||
+        performance.now() - openedAt >= transactionMs)
+    ) {
+      commit()
+    }
+    if (stopping) { console.log(JSON.stringify(__st)); return }
+    if (!open && indexed === undefined) Atomics.wait(shared, slots.bell, rung)
+  }
+}
+
+/**
+ * Copies the WAL into the database file after commits, at most every
+ * checkpointIntervalMs, beside the writer. While the writer is busy it never
+ * copies the last frames, so the WAL would grow for as long as output keeps
+ * coming; once it passes restartFrames the writer pauses after a commit until
+ * a checkpoint has copied everything (a pass over what arrived since the last
+ * one, a few ms), and its next transaction starts the WAL over.
+ */
+function runCheckpointer(path: string, shared: Int32Array): void {
+  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  try {
+    db.exec("PRAGMA synchronous = NORMAL")
+    const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
+    let seen = 0
+    while (Atomics.load(shared, slots.closing) === 0) {
+      if (Atomics.load(shared, slots.restart) === 0) {
+        Atomics.wait(shared, slots.closing, 0, checkpointIntervalMs)
+        Atomics.wait(shared, slots.committed, seen)
+        seen = Atomics.load(shared, slots.committed)
+      }
+      const writerPaused = Atomics.load(shared, slots.paused) === 1
+      const frames = checkpoint.get()
+      const behind = Number(frames?.checkpointed) < Number(frames?.log)
+      if (behind && !writerPaused && Number(frames?.log) >= restartFrames) {
+        Atomics.store(shared, slots.restart, 1)
+      } else if (Atomics.load(shared, slots.restart) === 1) {
+        // Done, or a reader still holds frames of the WAL: either way the writer goes on.
+        Atomics.store(shared, slots.restart, 0)
+        Atomics.notify(shared, slots.restart)
+      }
+    }
+  } finally {
+    db.close()
+  }
+}
+
+if (!isMainThread && parentPort !== null) {
+  const data = workerData as Partial<ThreadData> & { batches?: MessagePort }
+  if (data.role === writerRole && data.path !== undefined && data.shared !== undefined && data.batches !== undefined) {
+    runWriter(data.path, data.shared, data.batches, parentPort)
+  } else if (data.role === checkpointerRole && data.path !== undefined && data.shared !== undefined) {
+    runCheckpointer(data.path, data.shared)
+  }
+}

@@ -1,0 +1,217 @@
+import { errorMessage, SystemError } from "../../lib/core/errors.ts"
+import type { OutputStream, TaskRecord } from "../../lib/core/run.ts"
+import type { TaskStatus } from "../../lib/core/status.ts"
+import { consoleTaskPath, scriptTaskPath } from "../../lib/core/task-path.ts"
+import type { LogStore } from "../../lib/logs/log-store.ts"
+import type { Redactor } from "../../lib/logs/redactor.ts"
+import { type TaskLog, taskLog } from "../../lib/logs/task-log.ts"
+import type { SecretResolver } from "../../lib/secrets/secret-resolver.ts"
+import type { Driver, RunDriver, Volume } from "../drivers/driver.ts"
+import type { RunObserver } from "./run-observer.ts"
+import type { TaskRequest } from "./task-request.ts"
+
+/** What `runtime.run` resolves to; stdout and stderr are redacted and keep at most `keptOutputChars` each. */
+export type TaskResult = {
+  readonly code: number
+  readonly stdout: string
+  readonly stderr: string
+  readonly startedAt: string
+  readonly endedAt: string
+  readonly timedOut: boolean
+}
+
+/** A task's result text keeps its last 4 Mi characters; the whole output is in the log store. */
+export const keptOutputChars = 4 * 1024 * 1024
+
+export type RunContextDeps = {
+  readonly runId: string
+  readonly driver: Driver
+  readonly store: LogStore
+  readonly redactor: Redactor
+  readonly secrets: SecretResolver
+  readonly observer: RunObserver
+  /** Aborts every task of the run. */
+  readonly signal: AbortSignal
+  /** Ends the run at once with status `error` (a missing secret, the driver down). */
+  readonly fail: (error: SystemError) => void
+}
+
+/**
+ * The one place a run's tasks are started, recorded and cleaned up, shared by
+ * script and YAML pipelines: task numbering, secret resolution, the driver
+ * (opened on the first task, so a run without tasks needs none), volumes,
+ * output through the log sink, and the script's console task.
+ */
+export class RunContext {
+  readonly #deps: RunContextDeps
+  readonly #records = new Map<string, TaskRecord>()
+  readonly #running = new Set<Promise<unknown>>()
+  readonly #volumes = new Map<string, Promise<Volume>>()
+  #runDriver: Promise<RunDriver> | undefined
+  #taskCount = 0
+  #console: TaskLog | undefined
+
+  constructor(deps: RunContextDeps) {
+    this.#deps = deps
+  }
+
+  /** Runs one task; rejects when the run is aborted or runnel cannot run it, never for a non-zero exit. */
+  runTask(request: TaskRequest): Promise<TaskResult> {
+    const path = scriptTaskPath(++this.#taskCount, request.name)
+    const running = this.#run(path, request)
+    this.#running.add(running)
+    running.then(
+      () => this.#running.delete(running),
+      () => this.#running.delete(running),
+    )
+    return running
+  }
+
+  async #run(path: string, request: TaskRequest): Promise<TaskResult> {
+    const { runId, store, redactor, observer, signal } = this.#deps
+    let record: TaskRecord = {
+      runId,
+      path,
+      name: request.name,
+      status: "pending",
+      code: null,
+      startedAt: null,
+      endedAt: null,
+    }
+    this.#save(record)
+    try {
+      const env = await this.#resolveSecrets(request)
+      const driver = await this.#driver()
+      const mounts: Record<string, Volume> = {}
+      for (const [mountPath, name] of Object.entries(request.mounts))
+        mounts[mountPath] = await this.#volume(driver, name)
+      signal.throwIfAborted()
+      record = { ...record, status: "running", startedAt: new Date().toISOString() }
+      this.#save(record)
+      observer.taskStarted(record)
+      const log = taskLog({
+        runId,
+        path,
+        store,
+        redactor,
+        keepChars: keptOutputChars,
+        onText: (stream, text) => observer.output(path, stream, text),
+      })
+      let output = { stdout: "", stderr: "" }
+      let exit: { code: number; timedOut: boolean }
+      try {
+        exit = await driver.exec({ ...request, path, env, mounts }, log, signal)
+      } finally {
+        output = log.end()
+      }
+      record = {
+        ...record,
+        status: exit.code === 0 && !exit.timedOut ? "success" : "failure",
+        code: exit.code,
+        endedAt: new Date().toISOString(),
+      }
+      this.#finish(record)
+      return {
+        code: exit.code,
+        ...output,
+        startedAt: record.startedAt ?? "",
+        endedAt: record.endedAt ?? "",
+        timedOut: exit.timedOut,
+      }
+    } catch (error) {
+      const status: TaskStatus = signal.aborted ? "aborted" : "error"
+      this.#finish({ ...record, status, endedAt: new Date().toISOString() })
+      if (signal.aborted) throw signal.reason
+      const failure =
+        error instanceof SystemError ? error : new SystemError(`task ${path}: ${errorMessage(error)}`, { cause: error })
+      this.#deps.fail(failure)
+      throw failure
+    }
+  }
+
+  async #resolveSecrets(request: TaskRequest): Promise<Record<string, string>> {
+    const env: Record<string, string> = {}
+    for (const [name, value] of Object.entries(request.env)) {
+      if (!value.startsWith("secret:")) {
+        env[name] = value
+        continue
+      }
+      const key = value.slice("secret:".length)
+      const secret = await this.#deps.secrets.get(key)
+      if (secret === undefined) {
+        throw new SystemError(
+          `secret "${key}" is not set: task "${request.name}" asks for it in env ${name}; give the run a secret named ${key} (runnel runner: --secret ${key}=VALUE)`,
+        )
+      }
+      env[name] = secret
+    }
+    return env
+  }
+
+  #driver(): Promise<RunDriver> {
+    this.#runDriver ??= this.#deps.driver.open(this.#deps.runId)
+    return this.#runDriver
+  }
+
+  #volume(driver: RunDriver, name: string): Promise<Volume> {
+    let volume = this.#volumes.get(name)
+    if (volume === undefined) {
+      volume = driver.createVolume(name)
+      this.#volumes.set(name, volume)
+    }
+    return volume
+  }
+
+  /** The script's own console output, stored as the task `pipeline/console`. */
+  console(stream: OutputStream, text: string): void {
+    if (this.#console === undefined) {
+      const { runId, store, redactor, observer } = this.#deps
+      const record: TaskRecord = {
+        runId,
+        path: consoleTaskPath,
+        name: "console",
+        status: "running",
+        code: null,
+        startedAt: new Date().toISOString(),
+        endedAt: null,
+      }
+      this.#save(record)
+      observer.taskStarted(record)
+      this.#console = taskLog({
+        runId,
+        path: consoleTaskPath,
+        store,
+        redactor,
+        keepChars: 0,
+        onText: (output, chunk) => observer.output(consoleTaskPath, output, chunk),
+      })
+    }
+    this.#console[stream](text)
+  }
+
+  /**
+   * Waits for tasks still running (abort the signal first to kill them), ends
+   * the console task with the run's status, removes the run's containers and
+   * volumes, and returns the task records in start order.
+   */
+  async close(status: TaskStatus): Promise<TaskRecord[]> {
+    await Promise.allSettled([...this.#running])
+    const consoleRecord = this.#records.get(consoleTaskPath)
+    if (this.#console !== undefined && consoleRecord !== undefined) {
+      this.#console.end()
+      this.#finish({ ...consoleRecord, status, code: status === "success" ? 0 : 1, endedAt: new Date().toISOString() })
+    }
+    if (this.#runDriver !== undefined) await (await this.#runDriver.catch(() => undefined))?.close()
+    return [...this.#records.values()]
+  }
+
+  #save(record: TaskRecord): void {
+    this.#records.set(record.path, record)
+    this.#deps.store.saveTask(record)
+  }
+
+  #finish(record: TaskRecord): void {
+    this.#save(record)
+    this.#deps.observer.taskFinished(record)
+  }
+}
