@@ -1,0 +1,54 @@
+import { mkdtempSync, rmSync } from "node:fs"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { KubeConfig } from "@kubernetes/client-node"
+import type { EmbeddedApi, EmbeddedApiOptions } from "./embedded-api.ts"
+import { createEmbeddedApi } from "./embedded-api.ts"
+import { loadCrds } from "./resource-types.ts"
+
+/** The CRDs the tests use, a stand-in for crds/ with the shapes the tests rely on. */
+export const testCrds = loadCrds(join(import.meta.dirname, "testdata"))
+
+export type RunningApi = {
+  api: EmbeddedApi
+  /** `http://127.0.0.1:PORT/k8s` */
+  server: string
+  kubeConfig: KubeConfig
+  dir: string
+  close(): Promise<void>
+}
+
+/** The embedded API on a real HTTP server on 127.0.0.1, a fresh SQLite file, and a KubeConfig pointing at it. */
+export async function startEmbeddedApi(options: Partial<EmbeddedApiOptions> = {}): Promise<RunningApi> {
+  const dir = mkdtempSync(join(tmpdir(), "runnel-kube-"))
+  const api = createEmbeddedApi({ db: join(dir, "kube.db"), crds: testCrds, ...options })
+  const http = createServer((req, res) => {
+    if (!api.handle(req, res)) {
+      res.writeHead(404)
+      res.end()
+    }
+  })
+  await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve))
+  const server = `http://127.0.0.1:${(http.address() as AddressInfo).port}${api.prefix}`
+  const kubeConfig = new KubeConfig()
+  kubeConfig.loadFromOptions({
+    clusters: [{ name: "embedded", server, skipTLSVerify: true }],
+    users: [{ name: "tester" }],
+    contexts: [{ name: "embedded", cluster: "embedded", user: "tester", namespace: "default" }],
+    currentContext: "embedded",
+  })
+  return {
+    api,
+    server,
+    kubeConfig,
+    dir,
+    async close() {
+      api.close()
+      http.closeAllConnections()
+      await new Promise<void>((resolve) => http.close(() => resolve()))
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
