@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto"
-import { readFile } from "node:fs/promises"
-import { basename, extname } from "node:path"
+import { mkdtemp, readFile, rm } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { basename, extname, join } from "node:path"
 import type { Command } from "commander"
 import { type FlagSpec, parseKeyValues, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { parseDuration } from "../lib/core/duration.ts"
@@ -23,8 +24,8 @@ export const runnerFlags: readonly FlagSpec[] = [
   {
     name: "storage-sqlite-path",
     value: "PATH",
-    defaultValue: ":memory:",
-    description: "SQLite file that keeps the run's task records and output",
+    description:
+      "SQLite file that keeps the run's task records and output; without it, a temporary file removed at the end",
   },
   { name: "pipeline-memory-mb", value: "MB", defaultValue: "128", description: "memory limit of the script's sandbox" },
   { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of the whole run" },
@@ -55,7 +56,12 @@ async function runner(file: string, args: string[], options: Record<string, unkn
   const source = await readPipeline(file)
   const driver = factory.create({})
   const leftovers = driver.removeLeftovers().catch(() => {}) // the daemon may be down; a task will say so
-  const store = await openSqliteLogStore(String(flags["storage-sqlite-path"]))
+  // Not :memory: by default: a task printing gigabytes must not hold them in memory.
+  const scratch =
+    flags["storage-sqlite-path"] === undefined ? await mkdtemp(join(tmpdir(), "runnel-runner-")) : undefined
+  const store = await openSqliteLogStore(
+    scratch === undefined ? String(flags["storage-sqlite-path"]) : join(scratch, "runnel.db"),
+  )
   const stop = new AbortController()
   const onSignal = () => {
     if (stop.signal.aborted) process.exit(130)
@@ -92,6 +98,7 @@ async function runner(file: string, args: string[], options: Record<string, unkn
     await leftovers
     await store.close()
     await driver.close()
+    if (scratch !== undefined) await rm(scratch, { recursive: true, force: true })
   }
 }
 

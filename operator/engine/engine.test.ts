@@ -1,6 +1,7 @@
-import { mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { setTimeout as sleep } from "node:timers/promises"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { OutputStream, RunResult, TaskRecord } from "../../lib/core/run.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
@@ -8,6 +9,8 @@ import { openSqliteLogStore } from "../../lib/logs/sqlite-log-store.ts"
 import { staticSecrets } from "../../lib/secrets/secret-resolver.ts"
 import { nativeDriverFactory } from "../drivers/native/native-driver.ts"
 import { runScript } from "./engine.ts"
+import { journalFromStore } from "./journal.ts"
+import type { TaskResult } from "./run-context.ts"
 import type { RunObserver } from "./run-observer.ts"
 
 // The engine with real parts: the native driver, a SQLite log store on a temp file.
@@ -27,12 +30,16 @@ afterAll(async () => {
 class Recorder implements RunObserver {
   readonly events: string[] = []
   readonly live: Record<string, string> = {}
+  /** Live output beyond this is counted, not kept, so a test of a huge output measures the engine, not the recorder. */
+  static keepChars = 1 << 20
   result: RunResult | undefined
   taskStarted(task: TaskRecord) {
     this.events.push(`started ${task.path}`)
   }
   output(path: string, stream: OutputStream, text: string) {
-    this.live[`${path} ${stream}`] = (this.live[`${path} ${stream}`] ?? "") + text
+    const key = `${path} ${stream}`
+    const live = this.live[key] ?? ""
+    if (live.length < Recorder.keepChars) this.live[key] = live + text
   }
   taskFinished(task: TaskRecord) {
     this.events.push(`finished ${task.path} ${task.status} ${task.code}`)
@@ -43,11 +50,20 @@ class Recorder implements RunObserver {
 }
 
 let runs = 0
-async function run(source: string, options: { secrets?: Record<string, string>; signal?: AbortSignal } = {}) {
+async function run(
+  source: string,
+  options: {
+    secrets?: Record<string, string>
+    signal?: AbortSignal
+    runId?: string
+    journal?: Map<string, TaskResult>
+  } = {},
+) {
   const observer = new Recorder()
   const result = await runScript(
     {
-      runId: `engine-test-${++runs}`,
+      runId: options.runId ?? `engine-test-${++runs}`,
+      ...(options.journal === undefined ? {} : { journal: options.journal }),
       pipelineId: "p1",
       pipelineName: "engine-test",
       filename: "pipeline.ts",
@@ -130,6 +146,21 @@ describe("the engine", () => {
     expect(store.output(result.runId, "tasks/1/big", "stdout").length).toBe(6_000_004)
   })
 
+  it("keeps memory bounded while a task prints 512 MB", async () => {
+    let peak = 0
+    const before = process.memoryUsage().rss
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().rss - before)
+    }, 20)
+    const { result } = await run(`export const pipeline = async () => {
+      const r = await ${sh("flood", "yes 'a line of build output, eighty characters long, like most CI logs are....' | head -c 512000000")}
+      assert.equal(r.code, 0)
+    }`)
+    clearInterval(sampler)
+    expect(result.status).toBe("success")
+    expect(peak / 2 ** 20).toBeLessThan(64)
+  }, 120_000)
+
   it("stops the run and kills its tasks when aborted", async () => {
     const controller = new AbortController()
     setTimeout(() => controller.abort(), 300)
@@ -167,6 +198,42 @@ describe("the engine", () => {
     expect(result.status).toBe("success")
     expect(result.tasks[0]?.status).toBe("failure")
     expect(store.output(result.runId, "pipeline/console", "stdout")).toBe("true true\n")
+  })
+
+  it("resumes a run from its journal: finished tasks return their results, the first unfinished one runs", async () => {
+    const counter = join(dir, "side-effects.txt")
+    writeFileSync(counter, "")
+    const source = `export const pipeline = async () => {
+      const first = await ${sh("first", `echo first >> ${counter}; echo out-1`)}
+      await ${sh("second", `echo second >> ${counter}; exit 3`)}
+      await ${sh("third", `echo third >> ${counter}; sleep $PAUSE`, ', env: { PAUSE: "0" }')}
+      console.log("first said", first.stdout.trim())
+    }`
+    const controller = new AbortController()
+    const interrupted = run(source.replace('PAUSE: "0"', 'PAUSE: "30"'), {
+      runId: "resumed-run",
+      signal: controller.signal,
+    })
+    const waitForThird = async () => {
+      for (let i = 0; i < 200 && !readFileSync(counter, "utf8").includes("third"); i++) await sleep(25)
+    }
+    await sleep(100)
+    await waitForThird()
+    controller.abort()
+    expect((await interrupted).result.status).toBe("aborted")
+
+    const journal = journalFromStore(store, "resumed-run")
+    expect([...journal.keys()]).toEqual(["tasks/1/first", "tasks/2/second"])
+    const { result } = await run(source, { runId: "resumed-run", journal })
+    expect(result.status).toBe("success")
+    expect(readFileSync(counter, "utf8")).toBe("first\nsecond\nthird\nthird\n")
+    expect(result.tasks.map((task) => [task.path, task.status, task.code])).toEqual([
+      ["tasks/1/first", "success", 0],
+      ["tasks/2/second", "failure", 3],
+      ["tasks/3/third", "success", 0],
+      ["pipeline/console", "success", 0],
+    ])
+    expect(store.output("resumed-run", "pipeline/console", "stdout")).toBe("first said out-1\n")
   })
 
   it("removes the run's directories and volumes at the end", async () => {

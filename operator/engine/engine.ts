@@ -5,7 +5,7 @@ import type { LogStore } from "../../lib/logs/log-store.ts"
 import { Redactor } from "../../lib/logs/redactor.ts"
 import type { SecretResolver } from "../../lib/secrets/secret-resolver.ts"
 import type { Driver } from "../drivers/driver.ts"
-import { RunContext } from "./run-context.ts"
+import { RunContext, type TaskResult } from "./run-context.ts"
 import type { RunObserver } from "./run-observer.ts"
 import { compileScript } from "./sandbox/compile.ts"
 import { runInSandbox, type SandboxLimits, ScriptFailure } from "./sandbox/sandbox.ts"
@@ -23,6 +23,8 @@ export type ScriptRun = {
   readonly source: string
   readonly triggeredBy: TriggerType
   readonly args: readonly string[]
+  /** Finished tasks of an earlier attempt, when the run is resumed (journalFromStore). */
+  readonly journal?: ReadonlyMap<string, TaskResult>
 }
 
 export type EngineDeps = {
@@ -68,6 +70,7 @@ export async function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortS
       observer: deps.observer,
       signal: controller.signal,
       fail: (error) => controller.abort(error),
+      ...(run.journal === undefined ? {} : { journal: run.journal }),
     })
     context = runContext
     const script = await compileScript(run.source, run.filename)

@@ -34,6 +34,12 @@ export type RunContextDeps = {
   readonly signal: AbortSignal
   /** Ends the run at once with status `error` (a missing secret, the driver down). */
   readonly fail: (error: SystemError) => void
+  /**
+   * Results of tasks a previous attempt of this run finished, by path. A
+   * resumed script replays from the start: these tasks return their recorded
+   * result at once instead of running twice.
+   */
+  readonly journal?: ReadonlyMap<string, TaskResult>
 }
 
 /**
@@ -58,6 +64,12 @@ export class RunContext {
   /** Runs one task; rejects when the run is aborted or runnel cannot run it, never for a non-zero exit. */
   runTask(request: TaskRequest): Promise<TaskResult> {
     const path = scriptTaskPath(++this.#taskCount, request.name)
+    const recorded = this.#deps.journal?.get(path)
+    if (recorded !== undefined) {
+      const record = this.#deps.store.tasks(this.#deps.runId).find((task) => task.path === path)
+      if (record !== undefined) this.#records.set(path, record)
+      return Promise.resolve(recorded)
+    }
     const running = this.#run(path, request)
     this.#running.add(running)
     running.then(
