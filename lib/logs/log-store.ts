@@ -2,23 +2,26 @@ import type { OutputStream, TaskRecord } from "../core/run.ts"
 
 /**
  * Task records and their output, stored as it arrives. Every text handed to
- * the store is already redacted. Writes are synchronous from the caller's
- * view and cheap (grouped into transactions), so a task's output never piles
- * up in memory.
+ * the store is already redacted. Writes return at once and cost the caller
+ * little (they are queued and committed in groups), and the queue is bounded,
+ * so a task's output never piles up in memory. Reads of a run see every write
+ * to that run made before them.
  */
 export interface LogStore {
   /** Inserts or replaces the record of one task (keyed by run id and path). */
   saveTask(record: TaskRecord): void
   /** Appends output of one task; chunks of one stream keep their order. */
   append(runId: string, path: string, stream: OutputStream, text: string): void
-  /** The tasks of a run in the order they started; [] for an unknown run. */
+  /** The tasks of a run in the order they were first saved, which is the order they started; [] for an unknown run. */
   tasks(runId: string): TaskRecord[]
   /** The whole stored output of one stream of one task; "" when there is none. */
   output(runId: string, path: string, stream: OutputStream): string
   /**
-   * Full-text search over stored output (FTS5 query syntax), newest first.
-   * The index is filled behind ingest, so output appended in the last moments
-   * may not be found yet; `flush()` waits for it.
+   * Full-text search over stored output (FTS5 query syntax), newest first,
+   * at most `limit` hits (default 20), each a chunk of output with a short
+   * snippet around the match. The index is filled behind ingest, so output
+   * appended in the last moments may not be found yet; `flush()` waits for
+   * it. A query FTS5 cannot parse throws a 400 RunnelError naming it.
    */
   search(query: string, options?: { runId?: string; limit?: number }): SearchHit[]
   /** Waits until everything appended so far is committed and indexed. */

@@ -1,4 +1,4 @@
-export const redactionMask = "***REDACTED***"
+const redactionMask = "***REDACTED***"
 
 /**
  * Replaces the secret values of one run with `***REDACTED***`. Where secrets

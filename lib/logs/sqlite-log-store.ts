@@ -49,13 +49,13 @@ const busyTimeoutMs = 5_000
 /** Queued output is handed to the writer once per event-loop turn, or sooner once this much text is queued. */
 const batchChars = 1 << 20
 /** Text handed over but not yet written; beyond it append() waits for the writer, so memory stays bounded. */
-const maxInFlightChars = 4 << 20
+const maxInFlightChars = 8 << 20
 /**
- * Chunks of one stream queued together are joined, so chatty output does not
- * cost a row per write, and cut into rows of about this size, at a line end
- * where there is one. Row size is a trade: smaller rows index slower (about
- * 24 MB/s at 16 KiB against 34 at 64 KiB, measured) but snippet() re-reads a
- * whole row per hit (20 hits cost ≈6 ms at 16 KiB, ≈58 at 64 KiB).
+ * Chunks of one stream written together are joined and cut into rows of
+ * about this size, at a line end where there is one. Row size is a trade:
+ * smaller rows index slower (about 24 MB/s at 16 KiB against 34 at 64 KiB,
+ * measured) but snippet() re-reads a whole row per hit (20 hits cost ≈6 ms
+ * at 16 KiB, ≈58 at 64 KiB).
  */
 const rowChars = 16 << 10
 /**
@@ -64,19 +64,21 @@ const rowChars = 16 << 10
  * Shorter transactions index slower (each commit closes an FTS5 segment).
  */
 const transactionMs = 50
-/** The WAL is copied into the database file at most this often, so it holds well under a second of output. */
-const checkpointIntervalMs = 200
-/** WAL frames (pages) beyond which the writer pauses for a checkpoint to catch up: 16,384 × 4 KiB = 64 MiB. */
-const restartFrames = 16_384
-/** The longest the writer pauses for it. */
-const maxPauseMs = 100
+/** The writer copies the WAL into the database file after about this much text: SQLite's default, 1000 pages. */
+const checkpointChars = 4 << 20
 const defaultSearchLimit = 20
+/** Beyond this many runs with writes on their way, the committed ones are forgotten. */
+const maxUnsyncedRuns = 64
 const writerRole = "runnel-log-writer"
-const checkpointerRole = "runnel-log-checkpointer"
 
 /** Opens (creating or migrating) the log store in the SQLite file at `path`; `:memory:` for a private store. */
 export async function openSqliteLogStore(path: string): Promise<LogStore> {
-  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  let db: DatabaseSync
+  try {
+    db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  } catch (error) {
+    throw new SystemError(`cannot open the log store "${path}": ${errorMessage(error)}`, { cause: error })
+  }
   try {
     db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
     migrate(db)
@@ -131,6 +133,8 @@ class SqliteLogStore implements LogStore {
   #queuedChars = 0
   #scheduled: NodeJS.Immediate | undefined
   #seq = 0
+  /** Runs with writes that may not be committed yet, and the batch that carries their last write. */
+  readonly #unsynced = new Map<string, number>()
   #failure: Error | undefined
   #closed: Promise<void> | undefined
 
@@ -163,36 +167,15 @@ class SqliteLogStore implements LogStore {
   append(runId: string, path: string, stream: OutputStream, text: string): void {
     this.#assertOpen()
     if (text === "") return
-    const last = this.#chunks.at(-1)
-    if (last !== undefined && last.runId === runId && last.path === path && last.stream === stream) {
-      last.text += text
-      if (last.text.length > rowChars) this.#cutRows()
-    } else {
-      this.#chunks.push({ runId, path, stream, text })
-      if (text.length > rowChars) this.#cutRows()
-    }
+    // Queued as given: joining and cutting rows happens in the writer, so that the event loop copies no text.
+    this.#chunks.push({ runId, path, stream, text })
     this.#queuedChars += text.length
     if (this.#queuedChars >= batchChars) this.#send()
     else this.#schedule()
   }
 
-  /**
-   * Cuts the last queued chunk into rows of rowChars at most, each ending at
-   * a line end where its second half has one: search cannot find a word that
-   * two rows split between them.
-   */
-  #cutRows(): void {
-    const row = this.#chunks.at(-1)
-    while (row !== undefined && row.text.length > rowChars) {
-      const lineEnd = row.text.lastIndexOf("\n", rowChars - 1)
-      const end = lineEnd >= rowChars / 2 ? lineEnd + 1 : rowChars
-      this.#chunks.splice(-1, 0, { ...row, text: row.text.slice(0, end) })
-      row.text = row.text.slice(end)
-    }
-  }
-
   tasks(runId: string): TaskRecord[] {
-    this.#sync()
+    this.#sync(runId)
     return this.#selectTasks.all(runId).map((row) => ({
       runId: String(row.run_id),
       path: String(row.path),
@@ -205,7 +188,7 @@ class SqliteLogStore implements LogStore {
   }
 
   output(runId: string, path: string, stream: OutputStream): string {
-    this.#sync()
+    this.#sync(runId)
     return this.#selectOutput
       .all(runId, path, stream)
       .map((row) => String(row.text))
@@ -275,6 +258,12 @@ class SqliteLogStore implements LogStore {
     if (this.#failure !== undefined) throw this.#failure
     if (this.#tasks.length === 0 && this.#chunks.length === 0) return
     const batch: Batch = { seq: ++this.#seq, tasks: this.#tasks, chunks: this.#chunks }
+    for (const { runId } of batch.tasks) this.#unsynced.set(runId, batch.seq)
+    for (const { runId } of batch.chunks) this.#unsynced.set(runId, batch.seq)
+    if (this.#unsynced.size > maxUnsyncedRuns) {
+      const committed = this.#writer.committedSeq()
+      for (const [runId, seq] of this.#unsynced) if (seq <= committed) this.#unsynced.delete(runId)
+    }
     const chars = this.#queuedChars
     this.#tasks = []
     this.#chunks = []
@@ -282,10 +271,19 @@ class SqliteLogStore implements LogStore {
     this.#writer.write(batch, chars)
   }
 
-  /** Reads see every write made before them. */
-  #sync(): void {
-    this.#send()
-    this.#writer.committed(this.#seq)
+  /**
+   * Reads of a run see every write to it made before them. Only a run with
+   * writes still on their way waits: under heavy output a commit can take
+   * tens of ms, and reads of other runs need not block the event loop for it.
+   */
+  #sync(runId: string): void {
+    if (this.#tasks.some((task) => task.runId === runId) || this.#chunks.some((chunk) => chunk.runId === runId)) {
+      this.#send()
+    }
+    const seq = this.#unsynced.get(runId)
+    if (seq === undefined) return
+    this.#writer.committed(seq)
+    this.#unsynced.delete(runId)
   }
 }
 
@@ -295,6 +293,8 @@ type Writer = {
   write(batch: Batch, chars: number): void
   /** Blocks until batches through `seq` are committed. */
   committed(seq: number): void
+  /** The last batch committed, without waiting. */
+  committedSeq(): number
   /** Resolves once the chunks of batches through `seq` are indexed. */
   indexed(seq: number): Promise<void>
   close(): Promise<void>
@@ -329,8 +329,8 @@ function writeStatements(db: DatabaseSync) {
         upsertTask.run({ runId, path, name, status, code, startedAt, endedAt })
       }
       let lastId = 0
-      for (const chunk of batch.chunks) {
-        lastId = Number(insertChunk.run(chunk.runId, chunk.path, chunk.stream, chunk.text).lastInsertRowid)
+      for (const row of toRows(batch.chunks)) {
+        lastId = Number(insertChunk.run(row.runId, row.path, row.stream, row.text).lastInsertRowid)
       }
       return lastId
     },
@@ -345,6 +345,34 @@ function writeStatements(db: DatabaseSync) {
       return Number(next)
     },
   }
+}
+
+/**
+ * Joins consecutive chunks of one stream, so that chatty output does not cost
+ * a row per write, and cuts them into rows of rowChars at most, each ending at
+ * a line end where its second half has one: search cannot find a word that
+ * two rows split between them.
+ */
+function toRows(chunks: readonly Chunk[]): Chunk[] {
+  const rows: Chunk[] = []
+  let row: Chunk | undefined
+  for (const chunk of chunks) {
+    if (row !== undefined && row.runId === chunk.runId && row.path === chunk.path && row.stream === chunk.stream) {
+      row.text += chunk.text
+    } else {
+      if (row !== undefined) rows.push(row)
+      row = { ...chunk }
+    }
+    while (row.text.length > rowChars) {
+      const text = row.text
+      const lineEnd = text.lastIndexOf("\n", rowChars - 1)
+      const end = lineEnd >= rowChars / 2 ? lineEnd + 1 : rowChars
+      rows.push({ ...row, text: text.slice(0, end) })
+      row.text = text.slice(end)
+    }
+  }
+  if (row !== undefined) rows.push(row)
+  return rows
 }
 
 /** For `:memory:` stores, which no second connection can open: each batch is written and indexed at once. */
@@ -362,12 +390,13 @@ function inlineWriter(db: DatabaseSync): Writer {
       })
     },
     committed() {},
+    committedSeq: () => Number.POSITIVE_INFINITY,
     indexed: async () => {},
     close: async () => {},
   }
 }
 
-/** Int32 slots shared between the store and its threads. */
+/** Int32 slots shared between the store and its writer thread. */
 const slots = {
   /** Bumped by the store after each message, so an idle writer wakes up. */
   bell: 0,
@@ -379,17 +408,11 @@ const slots = {
   wanted: 3,
   /** 1 once the writer thread has failed. */
   failed: 4,
-  /** 1 once the store is closing: the checkpointer ends. */
-  closing: 5,
-  /** 1 while the checkpointer asks the writer to pause, so that it can copy the whole WAL. */
-  restart: 6,
-  /** 1 while the writer pauses for it. */
-  paused: 7,
 } as const
 
 type ToWriter = Batch | { type: "stop" }
 type FromWriter = { indexedSeq: number }
-type ThreadData = { role: typeof writerRole | typeof checkpointerRole; path: string; shared: Int32Array }
+type WriterData = { role: typeof writerRole; path: string; shared: Int32Array; batches: MessagePort }
 
 /**
  * FTS5 indexing costs ≈30 ms of CPU per MB, more than ingest can afford on
@@ -399,20 +422,20 @@ type ThreadData = { role: typeof writerRole | typeof checkpointerRole; path: str
  * writer thread owns every write: it writes each batch as it arrives and
  * indexes chunks in between, one by one, in transactions of at most
  * transactionMs. The event loop only copies each batch into a message
- * (≈0.3 ms per MB). Checkpoints, which copy the WAL into the file and fsync
- * (≈5 ms per MB written), run on a third connection in a thread of their own:
- * in the writer they stalled writing for up to 150 ms at a time. The threads
- * are referenced only while someone waits for them, so an idle store does not
- * keep the process alive.
+ * (≈0.3 ms per MB). The thread is referenced only while someone waits for
+ * it, so an idle store does not keep the process alive.
  */
 async function threadWriter(path: string): Promise<Writer> {
-  const shared = new Int32Array(new SharedArrayBuffer(8 * Int32Array.BYTES_PER_ELEMENT))
+  const shared = new Int32Array(new SharedArrayBuffer(5 * Int32Array.BYTES_PER_ELEMENT))
   const { port1: batches, port2: writerBatches } = new MessageChannel()
-  const writerData: ThreadData & { batches: MessagePort } = { role: writerRole, path, shared, batches: writerBatches }
-  const writer = new Worker(new URL(import.meta.url), { workerData: writerData, transferList: [writerBatches] })
-  const checkpointerData: ThreadData = { role: checkpointerRole, path, shared }
-  const checkpointer = new Worker(new URL(import.meta.url), { workerData: checkpointerData })
-  const threads = [writer, checkpointer]
+  const writerData: WriterData = { role: writerRole, path, shared, batches: writerBatches }
+  const worker = new Worker(new URL(import.meta.url), {
+    workerData: writerData,
+    transferList: [writerBatches],
+    // Each batch arrives as fresh strings that are garbage once written; a small young generation collects them
+    // before they add up (RSS growth appending 256 MB at full speed, opening included: ≈57 MiB, ≈67 with V8's default).
+    resourceLimits: { maxYoungGenerationSizeMb: 4 },
+  })
   const waiters: { seq: number; resolve: () => void; reject: (error: Error) => void }[] = []
   let indexedSeq = 0
   let failure: Error | undefined
@@ -422,40 +445,31 @@ async function threadWriter(path: string): Promise<Writer> {
       else waiter.reject(failure)
       waiters.splice(waiters.indexOf(waiter), 1)
     }
-    if (waiters.length === 0) writer.unref()
+    if (waiters.length === 0) worker.unref()
   }
-  writer.on("message", (message: FromWriter) => {
+  worker.on("message", (message: FromWriter) => {
     indexedSeq = message.indexedSeq
     settle()
   })
-  const exited = threads.map((thread) => new Promise<void>((resolve) => thread.once("exit", () => resolve())))
-  for (const thread of threads) {
-    const fail = (reason: string) => {
-      failure ??= new SystemError(
-        `the log store's ${(thread === writer ? writerData : checkpointerData).role} stopped: ${reason}`,
-      )
-      settle()
-    }
-    thread.on("error", (error) => fail(errorMessage(error)))
-    thread.on("exit", (code) => fail(`it exited with code ${code}`))
+  const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()))
+  const fail = (reason: string) => {
+    failure ??= new SystemError(`the log store's writer thread stopped: ${reason}`)
+    settle()
   }
-  await Promise.all(
-    threads.map(
-      (thread) =>
-        new Promise<void>((resolve, reject) => {
-          thread.once("online", resolve)
-          thread.once("error", reject)
-        }),
-    ),
-  )
-  for (const thread of threads) thread.unref()
+  worker.on("error", (error) => fail(errorMessage(error)))
+  worker.on("exit", (code) => fail(`it exited with code ${code}`))
+  await new Promise<void>((resolve, reject) => {
+    worker.once("online", resolve)
+    worker.once("error", reject)
+  })
+  worker.unref()
 
   const post = (message: ToWriter) => {
     batches.postMessage(message)
     Atomics.add(shared, slots.bell, 1)
     Atomics.notify(shared, slots.bell)
   }
-  /** Blocks the event loop until `slot` reaches `seq`; the writer gets there within a chunk's indexing. */
+  /** Blocks the event loop until `slot` reaches `seq`. */
   const waitFor = (slot: number, seq: number) => {
     const deadline = performance.now() + busyTimeoutMs
     for (let seen = Atomics.load(shared, slot); seen < seq; seen = Atomics.load(shared, slot)) {
@@ -482,6 +496,7 @@ async function threadWriter(path: string): Promise<Writer> {
         inFlightChars -= oldest.chars
       }
     },
+    committedSeq: () => Atomics.load(shared, slots.committed),
     committed(seq) {
       if (Atomics.load(shared, slots.committed) >= seq) return
       Atomics.store(shared, slots.wanted, seq)
@@ -490,17 +505,14 @@ async function threadWriter(path: string): Promise<Writer> {
     indexed(seq) {
       if (seq <= indexedSeq) return Promise.resolve()
       if (failure !== undefined) return Promise.reject(failure)
-      writer.ref()
+      worker.ref()
       return new Promise((resolve, reject) => waiters.push({ seq, resolve, reject }))
     },
     async close() {
-      // Referenced again, or the process could exit before the threads have committed and closed.
-      for (const thread of threads) thread.ref()
+      // Referenced again, or the process could exit before the writer has committed and closed.
+      worker.ref()
       post({ type: "stop" })
-      Atomics.store(shared, slots.closing, 1)
-      Atomics.notify(shared, slots.closing)
-      Atomics.notify(shared, slots.committed)
-      await Promise.all(exited)
+      await exited
       batches.close()
     },
   }
@@ -509,7 +521,7 @@ async function threadWriter(path: string): Promise<Writer> {
 function runWriter(path: string, shared: Int32Array, batches: MessagePort, store: MessagePort): void {
   const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
   try {
-    // The checkpointer thread copies the WAL into the file; here it would stall writing.
+    // Checkpoints run below, after a commit is announced, so that reads waiting for it do not wait for them too.
     db.exec("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0")
     writeLoop(db, shared, batches, store)
   } catch (error) {
@@ -523,8 +535,8 @@ function runWriter(path: string, shared: Int32Array, batches: MessagePort, store
 }
 
 function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, store: MessagePort): void {
-  const __st = { pauses: 0, pauseMax: 0, pauseSum: 0 }
   const statements = writeStatements(db)
+  const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
   /** Batches written but not yet wholly indexed, with the id of their last chunk. */
   const unindexed: { seq: number; lastId: number }[] = []
   let appliedSeq = 0
@@ -532,6 +544,7 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
   let open = false
   let openedAt = 0
   let progress = 0
+  let uncheckpointedChars = 0
   let stopping = false
 
   const begin = () => {
@@ -540,6 +553,12 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     openedAt = performance.now()
     progress = statements.progress()
   }
+  /** Tells the store which batches are wholly indexed, by this writer or another process's. */
+  const report = () => {
+    let indexedSeq = 0
+    while (unindexed[0] !== undefined && unindexed[0].lastId <= progress) indexedSeq = unindexed.shift()?.seq ?? 0
+    if (indexedSeq > 0) store.postMessage({ indexedSeq } satisfies FromWriter)
+  }
   const commit = () => {
     statements.setProgress(progress)
     db.exec("COMMIT")
@@ -547,25 +566,21 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     committedSeq = appliedSeq
     Atomics.store(shared, slots.committed, committedSeq)
     Atomics.notify(shared, slots.committed)
-    let indexedSeq = 0
-    while (unindexed[0] !== undefined && unindexed[0].lastId <= progress) indexedSeq = unindexed.shift()?.seq ?? 0
-    if (indexedSeq > 0) store.postMessage({ indexedSeq } satisfies FromWriter)
-    if (Atomics.load(shared, slots.restart) === 1) {
-      const __p = performance.now()
-      Atomics.store(shared, slots.paused, 1)
-      Atomics.wait(shared, slots.restart, 1, maxPauseMs)
-      Atomics.store(shared, slots.paused, 0)
-      __st.pauses++; __st.pauseMax = Math.max(__st.pauseMax, performance.now() - __p); __st.pauseSum += performance.now() - __p
+    report()
+    // Here, between this writer's transactions, a checkpoint copies every frame and the WAL starts over. One on
+    // another connection, beside a busy writer, never catches up, and the WAL grows as long as output comes.
+    if (uncheckpointedChars >= checkpointChars) {
+      checkpoint.get()
+      uncheckpointedChars = 0
     }
   }
 
   for (;;) {
     const rung = Atomics.load(shared, slots.bell)
-    for (
-      let received = receiveMessageOnPort(batches);
-      received !== undefined;
-      received = receiveMessageOnPort(batches)
-    ) {
+    // While the store keeps sending, this could go on receiving for ever: the transaction's age ends it.
+    while (!open || performance.now() - openedAt < transactionMs) {
+      const received = receiveMessageOnPort(batches)
+      if (received === undefined) break
       const message = received.message as ToWriter
       if ("type" in message) {
         stopping = true
@@ -573,6 +588,7 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       }
       if (!open) begin()
       unindexed.push({ seq: message.seq, lastId: statements.apply(message) })
+      for (const chunk of message.chunks) uncheckpointedChars += chunk.text.length
       appliedSeq = message.seq
       Atomics.store(shared, slots.applied, appliedSeq)
       Atomics.notify(shared, slots.applied)
@@ -580,7 +596,11 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     // Chunks left unindexed by a process that ended are taken up here too: progress is shared in the file.
     if (!open && !stopping && statements.hasUnindexed()) begin()
     const indexed = open && !stopping ? statements.indexAfter(progress) : undefined
-    if (indexed !== undefined) progress = indexed
+    if (indexed !== undefined) {
+      progress = indexed
+      // Indexing writes index pages to the WAL too: counted as a row of text, about what the WAL measured.
+      uncheckpointedChars += rowChars
+    }
     if (
       open &&
       (indexed === undefined ||
@@ -589,52 +609,20 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     ) {
       commit()
     }
-    if (stopping) { console.log(JSON.stringify(__st)); return }
-    if (!open && indexed === undefined) Atomics.wait(shared, slots.bell, rung)
-  }
-}
-
-/**
- * Copies the WAL into the database file after commits, at most every
- * checkpointIntervalMs, beside the writer. While the writer is busy it never
- * copies the last frames, so the WAL would grow for as long as output keeps
- * coming; once it passes restartFrames the writer pauses after a commit until
- * a checkpoint has copied everything (a pass over what arrived since the last
- * one, a few ms), and its next transaction starts the WAL over.
- */
-function runCheckpointer(path: string, shared: Int32Array): void {
-  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
-  try {
-    db.exec("PRAGMA synchronous = NORMAL")
-    const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
-    let seen = 0
-    while (Atomics.load(shared, slots.closing) === 0) {
-      if (Atomics.load(shared, slots.restart) === 0) {
-        Atomics.wait(shared, slots.closing, 0, checkpointIntervalMs)
-        Atomics.wait(shared, slots.committed, seen)
-        seen = Atomics.load(shared, slots.committed)
+    if (stopping) return
+    if (!open && indexed === undefined) {
+      if (unindexed.length > 0) {
+        progress = statements.progress()
+        report()
       }
-      const writerPaused = Atomics.load(shared, slots.paused) === 1
-      const frames = checkpoint.get()
-      const behind = Number(frames?.checkpointed) < Number(frames?.log)
-      if (behind && !writerPaused && Number(frames?.log) >= restartFrames) {
-        Atomics.store(shared, slots.restart, 1)
-      } else if (Atomics.load(shared, slots.restart) === 1) {
-        // Done, or a reader still holds frames of the WAL: either way the writer goes on.
-        Atomics.store(shared, slots.restart, 0)
-        Atomics.notify(shared, slots.restart)
-      }
+      Atomics.wait(shared, slots.bell, rung)
     }
-  } finally {
-    db.close()
   }
 }
 
 if (!isMainThread && parentPort !== null) {
-  const data = workerData as Partial<ThreadData> & { batches?: MessagePort }
-  if (data.role === writerRole && data.path !== undefined && data.shared !== undefined && data.batches !== undefined) {
+  const data = workerData as Partial<WriterData> | undefined
+  if (data?.role === writerRole && data.path !== undefined && data.shared !== undefined && data.batches !== undefined) {
     runWriter(data.path, data.shared, data.batches, parentPort)
-  } else if (data.role === checkpointerRole && data.path !== undefined && data.shared !== undefined) {
-    runCheckpointer(data.path, data.shared)
   }
 }

@@ -1,0 +1,232 @@
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { DatabaseSync } from "node:sqlite"
+import { describe, expect, it, onTestFinished, vi } from "vitest"
+import type { TaskRecord } from "../core/run.ts"
+import type { LogStore } from "./log-store.ts"
+import { openSqliteLogStore } from "./sqlite-log-store.ts"
+
+function tempFile(): string {
+  const dir = mkdtempSync(join(tmpdir(), "runnel-logs-"))
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }))
+  return join(dir, "logs.db")
+}
+
+async function open(path: string): Promise<LogStore> {
+  const store = await openSqliteLogStore(path)
+  onTestFinished(() => store.close())
+  return store
+}
+
+const nextTurn = () => new Promise((resolve) => setImmediate(resolve))
+
+function task(runId: string, path: string, overrides: Partial<TaskRecord> = {}): TaskRecord {
+  return {
+    runId,
+    path,
+    name: path.split("/").at(-1) ?? path,
+    status: "running",
+    code: null,
+    startedAt: "2026-01-01T00:00:00.000Z",
+    endedAt: null,
+    ...overrides,
+  }
+}
+
+for (const kind of ["file", ":memory:"] as const) {
+  const openStore = () => open(kind === "file" ? tempFile() : ":memory:")
+
+  describe(`SQLite log store (${kind})`, () => {
+    it("returns nothing for an unknown run or task", async () => {
+      const store = await openStore()
+      expect(store.tasks("missing")).toEqual([])
+      expect(store.output("missing", "tasks/1/x", "stdout")).toBe("")
+      expect(store.search("anything", { runId: "missing" })).toEqual([])
+    })
+
+    it("gives back task records and output as they were saved", async () => {
+      const store = await openStore()
+      const build = task("r1", "tasks/1/build")
+      store.saveTask(build)
+      store.append("r1", "tasks/1/build", "stdout", "compiling\n")
+      store.append("r1", "tasks/1/build", "stderr", "warning: unused\n")
+      store.append("r1", "tasks/1/build", "stdout", "done ✓\n")
+      const finished = { ...build, status: "success", code: 0, endedAt: "2026-01-01T00:00:05.000Z" } as const
+      store.saveTask(finished)
+      expect(store.tasks("r1")).toEqual([finished])
+      expect(store.output("r1", "tasks/1/build", "stdout")).toBe("compiling\ndone ✓\n")
+      expect(store.output("r1", "tasks/1/build", "stderr")).toBe("warning: unused\n")
+    })
+
+    it("lists tasks in the order they were first saved, even when an earlier one is saved again", async () => {
+      const store = await openStore()
+      store.saveTask(task("r1", "tasks/1/lint"))
+      store.saveTask(task("r1", "tasks/2/test"))
+      store.saveTask(task("r2", "tasks/1/other"))
+      store.saveTask(task("r1", "tasks/3/build"))
+      store.saveTask(task("r1", "tasks/1/lint", { status: "failure", code: 1 }))
+      expect(store.tasks("r1").map((record) => [record.path, record.status])).toEqual([
+        ["tasks/1/lint", "failure"],
+        ["tasks/2/test", "running"],
+        ["tasks/3/build", "running"],
+      ])
+    })
+
+    it("keeps the order of thousands of appends to interleaved streams", async () => {
+      const store = await openStore()
+      const expected = new Map<string, string>()
+      const paths = ["tasks/1/a", "tasks/2/b", "tasks/3/c"]
+      for (let i = 0; i < 3000; i++) {
+        const path = paths[i % 3] ?? ""
+        const stream = i % 7 === 0 ? "stderr" : "stdout"
+        // Mostly a few bytes, sometimes past a row; some with line ends and some without.
+        const text = `${i}:${"x".repeat(i % 10 === 0 ? (i * 7919) % 40_000 : i % 50)}${i % 5 === 0 ? "\n" : ""}`
+        store.append("r1", path, stream, text)
+        expected.set(`${path} ${stream}`, (expected.get(`${path} ${stream}`) ?? "") + text)
+        if (i % 50 === 0) await nextTurn()
+      }
+      for (const [key, text] of expected) {
+        const [path = "", stream = ""] = key.split(" ")
+        expect(store.output("r1", path, stream as "stdout" | "stderr") === text).toBe(true)
+      }
+    })
+
+    it("finds words after flush(), newest first, with a snippet", async () => {
+      const store = await openStore()
+      store.append("r1", "tasks/1/build", "stdout", "step one\nerror: disk quota exceeded\n")
+      store.append("r2", "tasks/1/test", "stderr", "fatal error: cannot connect\n")
+      await nextTurn()
+      store.append("r2", "tasks/2/deploy", "stdout", "all good here\n")
+      await store.flush()
+      expect(store.search("error")).toEqual([
+        { runId: "r2", path: "tasks/1/test", stream: "stderr", snippet: expect.stringContaining("error") },
+        { runId: "r1", path: "tasks/1/build", stream: "stdout", snippet: expect.stringContaining("error") },
+      ])
+      expect(store.search("error", { limit: 1 }).map((hit) => hit.runId)).toEqual(["r2"])
+      expect(store.search("error", { runId: "r1" }).map((hit) => hit.path)).toEqual(["tasks/1/build"])
+      expect(store.search('"disk quota"').map((hit) => hit.runId)).toEqual(["r1"])
+      expect(store.search("nowhere")).toEqual([])
+    })
+
+    it("finds a word that two appends split between them", async () => {
+      const store = await openStore()
+      store.append("r1", "tasks/1/build", "stdout", "linking liba")
+      store.append("r1", "tasks/1/build", "stdout", "rchive.so\n")
+      await store.flush()
+      expect(store.search("libarchive").map((hit) => hit.path)).toEqual(["tasks/1/build"])
+    })
+
+    it("answers a malformed query with a 400 that names the query", async () => {
+      const store = await openStore()
+      store.append("r1", "tasks/1/build", "stdout", "some output\n")
+      await store.flush()
+      for (const query of ['"unterminated', "AND", "build AND (", "nosuchcolumn:word"]) {
+        expect(() => store.search(query), query).toThrow(
+          expect.objectContaining({ status: 400, message: expect.stringContaining(`"${query}"`) }),
+        )
+      }
+    })
+
+    it("closes idempotently and refuses writes afterwards", async () => {
+      const store = await openStore()
+      store.append("r1", "tasks/1/build", "stdout", "text\n")
+      await Promise.all([store.close(), store.close()])
+      await store.close()
+      expect(() => store.append("r1", "tasks/1/build", "stdout", "more")).toThrow("the log store is closed")
+    })
+  })
+}
+
+describe("SQLite log store file", () => {
+  it("names the file it cannot open", async () => {
+    const path = join(tempFile(), "missing-dir", "logs.db")
+    await expect(openSqliteLogStore(path)).rejects.toThrow(`cannot open the log store "${path}"`)
+  })
+
+  it("keeps its data when reopened and does not run its migrations again", async () => {
+    const path = tempFile()
+    const first = await openSqliteLogStore(path)
+    first.saveTask(task("r1", "tasks/1/build"))
+    first.append("r1", "tasks/1/build", "stdout", "persisted words\n")
+    await first.close()
+    const version = () => {
+      const db = new DatabaseSync(path)
+      try {
+        return db.prepare("PRAGMA user_version").get()?.user_version
+      } finally {
+        db.close()
+      }
+    }
+    const migrated = version()
+    expect(migrated).toBeGreaterThan(0)
+
+    const second = await open(path)
+    expect(version()).toBe(migrated)
+    expect(second.tasks("r1")).toEqual([task("r1", "tasks/1/build")])
+    expect(second.output("r1", "tasks/1/build", "stdout")).toBe("persisted words\n")
+    expect(second.search("persisted").map((hit) => hit.runId)).toEqual(["r1"])
+  })
+
+  it("is shared by two stores on one file, as two processes would", async () => {
+    const path = tempFile()
+    const [one, two] = await Promise.all([open(path), open(path)])
+    for (let i = 0; i < 200; i++) {
+      one.append("from-one", "tasks/1/a", "stdout", `one line ${i} alpha\n`)
+      two.append("from-two", "tasks/1/b", "stdout", `two line ${i} bravo\n`)
+      if (i % 10 === 0) await nextTurn()
+    }
+    one.saveTask(task("from-one", "tasks/1/a"))
+    two.saveTask(task("from-two", "tasks/1/b"))
+    await Promise.all([one.flush(), two.flush()])
+    const expected = Array.from({ length: 200 }, (_, i) => `two line ${i} bravo\n`).join("")
+    expect(one.output("from-two", "tasks/1/b", "stdout")).toBe(expected)
+    expect(one.tasks("from-two")).toEqual([task("from-two", "tasks/1/b")])
+    expect(one.search("bravo", { limit: 1 }).map((hit) => hit.runId)).toEqual(["from-two"])
+    expect(two.search("alpha", { limit: 1 }).map((hit) => hit.runId)).toEqual(["from-one"])
+  })
+
+  it("indexes output that an earlier process stored but did not index", async () => {
+    const path = tempFile()
+    await (await openSqliteLogStore(path)).close()
+    const db = new DatabaseSync(path)
+    db.prepare("INSERT INTO chunks (run_id, path, stream, text) VALUES (?, ?, ?, ?)").run(
+      "r1",
+      "tasks/1/build",
+      "stdout",
+      "left behind unindexed\n",
+    )
+    db.close()
+    const store = await open(path)
+    await vi.waitFor(() => expect(store.search("unindexed").map((hit) => hit.runId)).toEqual(["r1"]))
+  })
+
+  // 256 MB rather than 1 GB: close() waits for the index, which takes ≈10 s per 256 MB on this machine.
+  it("keeps RSS growth under 64 MiB while 256 MB is appended in 16 KiB chunks and indexed", async () => {
+    const store = await open(tempFile())
+    // Varied words, so that the index does real work; 64 distinct chunks reused, so the test itself allocates little.
+    const words = Array.from({ length: 4000 }, (_, i) => `w${(i * 2654435761) % 1_000_003}`)
+    const chunks = Array.from({ length: 64 }, (_, c) => {
+      let text = ""
+      for (let i = 0; text.length < 16_384; i++) {
+        text += `${words[(c * 131 + i * 17) % words.length]} ${i % 9 ? "" : "\n"}`
+      }
+      return text.slice(0, 16_384)
+    })
+    // From after opening: the writer thread's own start (≈16 MiB) does not grow with the output.
+    const before = process.memoryUsage().rss
+    let peak = before
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, process.memoryUsage().rss)
+    }, 20)
+    onTestFinished(() => clearInterval(sampler))
+    for (let i = 0; i < Math.ceil(256e6 / 16_384); i++) {
+      store.append("big", "tasks/1/flood", "stdout", chunks[i % chunks.length] ?? "")
+      if (i % 8 === 7) await nextTurn()
+    }
+    await store.flush()
+    clearInterval(sampler)
+    expect((peak - before) / 2 ** 20).toBeLessThan(64)
+    expect(store.search(words[17] ?? "", { runId: "big", limit: 1 })).toHaveLength(1)
+  })
+})
