@@ -1,7 +1,7 @@
 import { Agent } from "node:http"
-import { hostname } from "node:os"
 import Docker from "dockerode"
 import { badRequest, errorMessage, SystemError } from "../../../lib/core/errors.ts"
+import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import type { Driver, DriverFactory, RunDriver, TaskExit, TaskOutput, TaskSpec, Volume } from "../driver.ts"
 
 export type DockerDefaults = {
@@ -13,8 +13,6 @@ const defaultSocket = "/var/run/docker.sock"
 
 /** Labels on every container and volume the driver creates; `owner` finds what a crashed process left behind. */
 export const dockerLabels = { run: "dev.runnel.run", task: "dev.runnel.task", owner: "dev.runnel.owner" } as const
-
-const owner = `${hostname()}:${process.pid}`
 
 /**
  * Runs each task as a container on a Docker daemon. `driver_config.host`
@@ -141,7 +139,7 @@ class DockerRun implements RunDriver {
       await this.#creating(
         this.#daemon.docker.createVolume({
           Name: dockerName,
-          Labels: { [dockerLabels.run]: this.#runId, [dockerLabels.owner]: owner },
+          Labels: { [dockerLabels.run]: this.#runId, [dockerLabels.owner]: processOwner },
         }),
       )
     } catch (error) {
@@ -227,7 +225,7 @@ class DockerRun implements RunDriver {
       Cmd: [task.command.path, ...task.command.args],
       Env: Object.entries(task.env).map(([key, value]) => `${key}=${value}`),
       WorkingDir: task.workDir,
-      Labels: { [dockerLabels.run]: this.#runId, [dockerLabels.task]: task.path, [dockerLabels.owner]: owner },
+      Labels: { [dockerLabels.run]: this.#runId, [dockerLabels.task]: task.path, [dockerLabels.owner]: processOwner },
       AttachStdout: true,
       AttachStderr: true,
       HostConfig: {
@@ -409,19 +407,4 @@ async function removeContainer(docker: Docker, id: string): Promise<void> {
     .catch((error: unknown) => {
       if (statusCode(error) !== 409) ifGone(error)
     })
-}
-
-/** Whether `recorded` (hostname:pid) names a process of this host that no longer runs. */
-function ownerIsDead(recorded: string | undefined): boolean {
-  if (recorded === undefined) return false
-  const separator = recorded.lastIndexOf(":")
-  const pid = Number(recorded.slice(separator + 1))
-  if (recorded.slice(0, separator) !== hostname() || !Number.isInteger(pid) || pid <= 0) return false
-  try {
-    process.kill(pid, 0)
-    return false
-  } catch (error) {
-    // EPERM: alive, owned by another user.
-    return (error as NodeJS.ErrnoException).code === "ESRCH"
-  }
 }

@@ -1,9 +1,10 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
 import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises"
-import { constants, hostname } from "node:os"
+import { constants } from "node:os"
 import { join, posix } from "node:path"
 import { SystemError } from "../../../lib/core/errors.ts"
+import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import type { Driver, DriverFactory, RunDriver, TaskExit, TaskOutput, TaskSpec, Volume } from "../driver.ts"
 
 export type NativeDefaults = {
@@ -15,7 +16,6 @@ export type NativeDefaults = {
 
 /** Inside a run directory: who made it, so removeLeftovers() can tell a crashed owner from a live one. */
 const ownerFile = "owner"
-const owner = `${hostname()}:${process.pid}`
 
 /**
  * Runs each task as a local process: no isolation, for machines without
@@ -41,7 +41,7 @@ class NativeDriver implements Driver {
   async open(runId: string): Promise<RunDriver> {
     const runDir = join(this.#defaults.workRoot, `${safeName(runId)}-${randomBytes(4).toString("hex")}`)
     await mkdir(join(runDir, "volumes"), { recursive: true })
-    await writeFile(join(runDir, ownerFile), owner)
+    await writeFile(join(runDir, ownerFile), processOwner)
     return new NativeRun(runDir, this.#defaults.path)
   }
 
@@ -199,19 +199,6 @@ function spawnError(error: NodeJS.ErrnoException, executable: string, path: stri
 /** A file name: letters, digits, `_`, `.`, `-`, and no leading dot (so neither `.` nor `..`). */
 function safeName(text: string): string {
   return text.replace(/[^A-Za-z0-9_.-]/g, "-").replace(/^\./, "_")
-}
-
-function ownerIsDead(recorded: string): boolean {
-  const separator = recorded.lastIndexOf(":")
-  const pid = Number(recorded.slice(separator + 1))
-  if (recorded.slice(0, separator) !== hostname() || !Number.isInteger(pid) || pid <= 0) return false
-  try {
-    process.kill(pid, 0)
-    return false
-  } catch (error) {
-    // EPERM: alive, owned by another user.
-    return (error as NodeJS.ErrnoException).code === "ESRCH"
-  }
 }
 
 function ifMissing<T>(value: T): (error: NodeJS.ErrnoException) => T {
