@@ -1,12 +1,16 @@
 import { Command, CommanderError } from "commander"
 import { RunnelError, SystemError } from "../lib/core/errors.ts"
+import { operatorCommand } from "./operator.ts"
 import { runnerCommand } from "./runner.ts"
+import { serverCommand } from "./server.ts"
 
 const program = new Command()
   .name("runnel")
   .description("runnel: pipelines as code, tasks as containers")
   .showHelpAfterError("(run with --help for usage)")
   .exitOverride()
+serverCommand(program)
+operatorCommand(program)
 runnerCommand(program)
 
 try {

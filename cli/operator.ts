@@ -1,0 +1,211 @@
+import { extname } from "node:path"
+import { KubeConfig } from "@kubernetes/client-node"
+import type { Command } from "commander"
+import { type FlagSpec, type FlagValues, parseKeyValues, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
+import { parseDuration } from "../lib/core/duration.ts"
+import { badRequest, errorMessage } from "../lib/core/errors.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { type Operator, startOperator } from "../operator/operator.ts"
+import type { OperatorLog } from "../operator/operator-log.ts"
+import { driverRegistry } from "./drivers.ts"
+import { addFlags } from "./flags.ts"
+
+/** The flags of the operator role, shared by `runnel operator` and `runnel server`. */
+export const operatorFlags: readonly FlagSpec[] = [
+  {
+    name: "kubeconfig",
+    value: "FILE",
+    description:
+      "kubeconfig of the Kubernetes API to reconcile against; `runnel server` without it serves its embedded API",
+  },
+  { name: "namespace", value: "NAME", defaultValue: "default", description: "namespace of the Pipelines and Runs" },
+  {
+    name: "storage-sqlite-path",
+    value: "PATH",
+    defaultValue: "runnel.db",
+    description:
+      "SQLite file of the embedded API's resources; run output goes to a file beside it, runnel.db: runnel-logs.db (:memory: keeps both in memory)",
+  },
+  {
+    name: "driver",
+    value: "NAME",
+    defaultValue: "docker",
+    description: "driver of pipelines that name none: docker or native",
+  },
+  {
+    name: "allowed-drivers",
+    value: "LIST",
+    defaultValue: "*",
+    description: "drivers pipelines may use, comma-separated, or * for all",
+  },
+  { name: "max-in-flight", value: "N", defaultValue: "10", description: "runs executing at once; the rest queue" },
+  { name: "pipeline-memory-mb", value: "MB", defaultValue: "128", description: "memory limit of a script's sandbox" },
+  { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of one run" },
+  {
+    name: "shutdown-grace",
+    value: "DURATION",
+    defaultValue: "30s",
+    description: "on SIGTERM or SIGINT, how long running runs may finish before they are aborted",
+  },
+  {
+    name: "secret",
+    value: "KEY=VALUE",
+    repeatable: true,
+    description: "a global secret every run may use (repeatable)",
+  },
+]
+
+/** The operator's settings, checked; each part gets its slice. */
+export type OperatorSettings = {
+  readonly kubeconfig: string | undefined
+  readonly namespace: string
+  readonly storagePath: string
+  readonly driver: string
+  readonly allowedDrivers: readonly string[] | "*"
+  readonly maxInFlight: number
+  readonly limits: { readonly memoryMb: number; readonly timeoutMs: number }
+  readonly shutdownGraceMs: number
+  readonly secrets: Readonly<Record<string, string>>
+}
+
+export function operatorSettings(flags: FlagValues): OperatorSettings {
+  const drivers = driverRegistry()
+  const driver = String(flags.driver)
+  drivers.get(driver) // an unknown --driver fails at start, with the known ones
+  const allowed = String(flags["allowed-drivers"])
+    .split(",")
+    .map((name) => name.trim())
+    .filter((name) => name !== "")
+  const allowedDrivers = allowed.includes("*") ? "*" : allowed
+  if (allowedDrivers !== "*") {
+    for (const name of allowedDrivers) drivers.get(name)
+    if (!allowedDrivers.includes(driver)) {
+      throw badRequest(
+        `--driver ${driver} is not among --allowed-drivers ${allowedDrivers.join(",")}; allow it, or choose one of those`,
+      )
+    }
+  }
+  const namespace = String(flags.namespace)
+  if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(namespace) || namespace.length > 63) {
+    throw badRequest(`--namespace "${namespace}" is not a Kubernetes namespace name (lowercase letters, digits, "-")`)
+  }
+  return {
+    kubeconfig: flags.kubeconfig === undefined ? undefined : String(flags.kubeconfig),
+    namespace,
+    storagePath: String(flags["storage-sqlite-path"]),
+    driver,
+    allowedDrivers,
+    maxInFlight: parsePositiveInt(flags["max-in-flight"] as string, "max-in-flight"),
+    limits: {
+      memoryMb: parsePositiveInt(flags["pipeline-memory-mb"] as string, "pipeline-memory-mb"),
+      timeoutMs: parseDuration(String(flags["pipeline-timeout"])),
+    },
+    shutdownGraceMs: parseDuration(String(flags["shutdown-grace"])),
+    secrets: parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret"),
+  }
+}
+
+/**
+ * Where run output is stored for a given --storage-sqlite-path: a file of its
+ * own beside the resources, `-logs` before the extension (runnel.db:
+ * runnel-logs.db), so that the log store's writer never holds the lock the
+ * embedded API's writes wait for.
+ */
+export function logStorePath(storagePath: string): string {
+  if (storagePath === ":memory:") return ":memory:"
+  const extension = extname(storagePath)
+  return `${storagePath.slice(0, storagePath.length - extension.length)}-logs${extension}`
+}
+
+/** Operator log events as one line each on stderr: `runnel: run.finished run=x phase=success`. */
+export const stderrLog: OperatorLog = (event, fields = {}) => {
+  const parts = Object.entries(fields).map(
+    ([key, value]) => `${key}=${typeof value === "string" ? JSON.stringify(value) : String(value)}`,
+  )
+  process.stderr.write(`runnel: ${[event, ...parts].join(" ")}\n`)
+}
+
+/** The composition of the operator role: the registry's drivers, the global secrets, the flags' limits. */
+export function startConfiguredOperator(
+  settings: OperatorSettings,
+  kubeConfig: KubeConfig,
+  store: LogStore,
+): Promise<Operator> {
+  const drivers = driverRegistry()
+  return startOperator({
+    kubeConfig,
+    namespace: settings.namespace,
+    store,
+    secrets: staticSecrets(settings.secrets),
+    drivers: (name, config) => drivers.get(name).create(config),
+    defaultDriver: settings.driver,
+    allowedDrivers: settings.allowedDrivers,
+    maxInFlight: settings.maxInFlight,
+    limits: settings.limits,
+    log: stderrLog,
+  })
+}
+
+/**
+ * On SIGTERM or SIGINT, `shutdown(false)`: running runs may finish within the
+ * grace period. A second signal calls `shutdown(true)`: abort them now.
+ * Exits 0 once shut down.
+ */
+export function onShutdownSignal(shutdown: (now: boolean) => Promise<void>): void {
+  let shuttingDown = false
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (shuttingDown) {
+      process.stderr.write(`runnel: ${signal} again: aborting the running runs now\n`)
+      void shutdown(true)
+      return
+    }
+    shuttingDown = true
+    process.stderr.write(`runnel: ${signal}: shutting down; running runs may finish within --shutdown-grace\n`)
+    shutdown(false).then(
+      () => process.exit(0),
+      (error: unknown) => {
+        process.stderr.write(`runnel: shutdown failed: ${errorMessage(error)}\n`)
+        process.exit(1)
+      },
+    )
+  }
+  process.on("SIGTERM", onSignal)
+  process.on("SIGINT", onSignal)
+}
+
+export function operatorCommand(program: Command): void {
+  const command = program
+    .command("operator")
+    .description(
+      "run the operator alone against a Kubernetes API (with runnel's CRDs installed): it executes Runs and checks Pipelines",
+    )
+  addFlags(command, operatorFlags)
+  command.action(async (options: Record<string, unknown>) => {
+    const settings = operatorSettings(readFlags(operatorFlags, options))
+    const kubeConfig = new KubeConfig()
+    try {
+      // Without --kubeconfig, client-node's own rules: $KUBECONFIG, ~/.kube/config, or the in-cluster account.
+      if (settings.kubeconfig === undefined) kubeConfig.loadFromDefault()
+      else kubeConfig.loadFromFile(settings.kubeconfig)
+    } catch (error) {
+      throw badRequest(`cannot load the kubeconfig "${settings.kubeconfig ?? "(default)"}": ${errorMessage(error)}`)
+    }
+    const store = await openSqliteLogStore(logStorePath(settings.storagePath))
+    let operator: Operator
+    try {
+      operator = await startConfiguredOperator(settings, kubeConfig, store)
+    } catch (error) {
+      await store.close()
+      throw error
+    }
+    process.stderr.write(
+      `runnel: operator reconciling namespace "${settings.namespace}" at ${kubeConfig.getCurrentCluster()?.server}\n`,
+    )
+    onShutdownSignal(async (now) => {
+      await operator.stop(now ? 0 : settings.shutdownGraceMs)
+      await store.close()
+    })
+  })
+}

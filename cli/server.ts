@@ -1,0 +1,166 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import type { AddressInfo } from "node:net"
+import { join } from "node:path"
+import { KubeConfig } from "@kubernetes/client-node"
+import type { Command } from "commander"
+import { type FlagSpec, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
+import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
+import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
+import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import type { Operator } from "../operator/operator.ts"
+import { addFlags } from "./flags.ts"
+import { logStorePath, onShutdownSignal, operatorFlags, operatorSettings, startConfiguredOperator } from "./operator.ts"
+
+export const serverFlags: readonly FlagSpec[] = [
+  { name: "port", value: "PORT", defaultValue: "8080", description: "port to serve on; 0 takes a free one" },
+  { name: "host", value: "HOST", defaultValue: "127.0.0.1", description: "address to serve on" },
+  ...operatorFlags,
+]
+
+const crdsDir = join(import.meta.dirname, "..", "crds")
+const embeddedPrefix = "/k8s"
+
+export function serverCommand(program: Command): void {
+  const command = program
+    .command("server")
+    .description(
+      "serve runnel on one machine: the embedded Kubernetes API at /k8s (or the cluster of --kubeconfig), the operator, and /health",
+    )
+  addFlags(command, serverFlags)
+  command.action(async (options: Record<string, unknown>) => {
+    await server(options)
+  })
+}
+
+/**
+ * One process: the embedded API (unless --kubeconfig names a cluster), the
+ * operator talking to it over loopback HTTP as it would to a cluster, and
+ * /health. Opened in order, closed in reverse.
+ */
+async function server(options: Record<string, unknown>): Promise<void> {
+  const flags = readFlags(serverFlags, options)
+  const settings = operatorSettings(flags)
+  const port = flags.port === "0" ? 0 : parsePositiveInt(flags.port as string, "port")
+  const host = String(flags.host)
+
+  const embedded =
+    settings.kubeconfig === undefined
+      ? createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
+      : undefined
+  let draining = false
+  const http = createServer((req, res) => {
+    if (embedded?.handle(req, res)) return
+    route(req, res, draining)
+  })
+  let store: LogStore | undefined
+  let operator: Operator | undefined
+  let closing: Promise<void> | undefined
+  const close = (now: boolean): Promise<void> => {
+    if (closing !== undefined) {
+      if (now) void operator?.stop(0) // a second signal: no more grace
+      return closing
+    }
+    draining = true
+    closing = (async () => {
+      // The operator writes its runs' final status through the HTTP server, so it stops first.
+      await operator?.stop(now ? 0 : settings.shutdownGraceMs)
+      await closeHttp(http)
+      embedded?.close()
+      await store?.close()
+    })()
+    return closing
+  }
+  try {
+    const address = await listen(http, port, host)
+    const kubeConfig = new KubeConfig()
+    if (settings.kubeconfig !== undefined) loadKubeconfig(kubeConfig, settings.kubeconfig)
+    else
+      kubeConfig.loadFromOptions(
+        loopbackConfig(`http://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`),
+      )
+    store = await openSqliteLogStore(logStorePath(settings.storagePath))
+    operator = await startConfiguredOperator(settings, kubeConfig, store)
+    process.stdout.write(`runnel: listening on http://${urlHost(host)}:${address.port}\n`)
+  } catch (error) {
+    await close(true).catch(() => {})
+    throw error
+  }
+  onShutdownSignal(close)
+}
+
+function loadKubeconfig(kubeConfig: KubeConfig, file: string): void {
+  try {
+    kubeConfig.loadFromFile(file)
+  } catch (error) {
+    throw badRequest(`cannot load --kubeconfig "${file}": ${errorMessage(error)}`)
+  }
+}
+
+/** The routes of this process besides the embedded API; the API server's routes join here. */
+function route(req: IncomingMessage, res: ServerResponse, draining: boolean): void {
+  const path = (req.url ?? "/").split("?")[0]
+  if (path === "/health" && (req.method === "GET" || req.method === "HEAD")) {
+    send(res, draining ? 503 : 200, draining ? { status: "shutting down" } : { status: "ok" })
+    return
+  }
+  send(res, 404, {
+    error: `no route for ${req.method} ${path}; this server answers /health and the Kubernetes API under ${embeddedPrefix}`,
+  })
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { "Content-Type": "application/json" })
+  res.end(`${JSON.stringify(body)}\n`)
+}
+
+function listen(http: Server, port: number, host: string): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    http.once("error", (error: NodeJS.ErrnoException) => {
+      if (error.code === "EADDRINUSE") {
+        reject(
+          badRequest(
+            `port ${port} on ${host} is in use; stop what uses it, or choose another with --port (0 takes a free one)`,
+          ),
+        )
+      } else if (error.code === "EADDRNOTAVAIL" || error.code === "ENOTFOUND") {
+        reject(badRequest(`cannot serve on --host ${host}: it is not an address of this machine`))
+      } else {
+        reject(new SystemError(`cannot serve on ${host}:${port}: ${errorMessage(error)}`))
+      }
+    })
+    http.listen(port, host, () => resolve(http.address() as AddressInfo))
+  })
+}
+
+/** Ends keep-alive connections (the operator's own included) so close() does not wait for idle clients. */
+function closeHttp(http: Server): Promise<void> {
+  return new Promise((resolve) => {
+    if (!http.listening) {
+      resolve()
+      return
+    }
+    http.close(() => resolve())
+    http.closeAllConnections()
+  })
+}
+
+/** The operator reaches a server bound to every address through loopback. */
+function loopbackHost(address: string): string {
+  if (address === "0.0.0.0") return "127.0.0.1"
+  if (address === "::") return "::1"
+  return address
+}
+
+const urlHost = (host: string) => (host.includes(":") ? `[${host}]` : host)
+
+function loopbackConfig(server: string) {
+  return {
+    // client-node refuses plain http unless TLS verification is off; loopback carries no TLS.
+    clusters: [{ name: "embedded", server, skipTLSVerify: true }],
+    users: [{ name: "runnel" }],
+    contexts: [{ name: "embedded", cluster: "embedded", user: "runnel", namespace: "default" }],
+    currentContext: "embedded",
+  }
+}

@@ -1,0 +1,458 @@
+import { createHash } from "node:crypto"
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { ApiException, CustomObjectsApi, PatchStrategy, setHeaderOptions, Watch } from "@kubernetes/client-node"
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest"
+import { type RunningApi, startEmbeddedApi } from "../lib/kube/embedded/embedded-api-fixture.ts"
+import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { nativeDriverFactory } from "./drivers/native/native-driver.ts"
+import { type Operator, startOperator } from "./operator.ts"
+import type { PipelineObject, RunObject } from "./resources.ts"
+
+// The operator with real parts: the embedded API over loopback HTTP with runnel's CRDs, client-node v2,
+// a SQLite log store on a temp file and the native driver.
+const crds = loadCrds(resolve(import.meta.dirname, "../crds"))
+const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch)
+const group = { group: "runnel.dev", version: "v1alpha1", namespace: "default" }
+const pipelines = { ...group, plural: "pipelines" }
+const runs = { ...group, plural: "runs" }
+
+let api: RunningApi
+let objects: CustomObjectsApi
+let dir: string
+let store: LogStore
+let operator: Operator | undefined
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "runnel-operator-test-"))
+  store = await openSqliteLogStore(join(dir, "logs.db"))
+})
+afterAll(async () => {
+  await store.close()
+  rmSync(dir, { recursive: true, force: true })
+})
+beforeEach(async () => {
+  api = await startEmbeddedApi({ crds })
+  objects = api.kubeConfig.makeApiClient(CustomObjectsApi)
+})
+afterEach(async () => {
+  await operator?.stop(0)
+  operator = undefined
+  await api.close()
+})
+
+const native = nativeDriverFactory({ workRoot: join(tmpdir(), "runnel-operator-test-work"), path: "/usr/bin:/bin" })
+
+async function start(options: { maxInFlight?: number } = {}) {
+  operator = await startOperator({
+    kubeConfig: api.kubeConfig,
+    namespace: "default",
+    store,
+    secrets: staticSecrets({}),
+    drivers: (name, config) => {
+      if (name !== "native") throw new Error(`this test has only the native driver, not "${name}"`)
+      return native.create(config)
+    },
+    defaultDriver: "native",
+    allowedDrivers: "*",
+    maxInFlight: options.maxInFlight ?? 10,
+    limits: { memoryMb: 64, timeoutMs: 60_000 },
+    statusThrottleMs: 50,
+  })
+  return operator
+}
+
+const task = (name: string, script: string) =>
+  `await runtime.run({ name: ${JSON.stringify(name)}, image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(script)}] } })`
+
+const script = (...lines: string[]) => `export const pipeline = async () => {\n  ${lines.join("\n  ")}\n}\n`
+
+function createPipeline(name: string, content: string, spec: Record<string, unknown> = {}): Promise<PipelineObject> {
+  return objects.createNamespacedCustomObject({
+    ...pipelines,
+    body: { apiVersion: "runnel.dev/v1alpha1", kind: "Pipeline", metadata: { name }, spec: { content, ...spec } },
+  })
+}
+
+function createRun(name: string, pipeline: string, spec: Record<string, unknown> = {}): Promise<RunObject> {
+  return objects.createNamespacedCustomObject({
+    ...runs,
+    body: {
+      apiVersion: "runnel.dev/v1alpha1",
+      kind: "Run",
+      metadata: { name },
+      spec: { pipelineRef: { name: pipeline }, ...spec },
+    },
+  })
+}
+
+const getRun = (name: string): Promise<RunObject> => objects.getNamespacedCustomObject({ ...runs, name })
+const getPipeline = (name: string): Promise<PipelineObject> => objects.getNamespacedCustomObject({ ...pipelines, name })
+
+async function eventually<T>(read: () => Promise<T>, holds: (value: T) => boolean, what: string): Promise<T> {
+  const deadline = Date.now() + 20_000
+  for (;;) {
+    const value = await read()
+    if (holds(value)) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}; last: ${JSON.stringify(value)}`)
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+}
+
+const finished = (name: string) =>
+  eventually(
+    () => getRun(name),
+    (run) => ["success", "failure", "error", "aborted"].includes(run.status?.phase ?? ""),
+    `run ${name} finishes`,
+  )
+
+const gone = async (read: Promise<unknown>) =>
+  read.then(
+    () => false,
+    (error: unknown) => error instanceof ApiException && error.code === 404,
+  )
+
+describe("the pipeline reconciler", () => {
+  it("marks a pipeline whose script compiles Ready with its generation observed", async () => {
+    await start()
+    await createPipeline("good", script(task("a", "true")))
+    const pipeline = await eventually(
+      () => getPipeline("good"),
+      (p) => p.status?.observedGeneration === 1,
+      "the status is written",
+    )
+    expect(pipeline.status?.conditions).toEqual([
+      expect.objectContaining({ type: "Ready", status: "True", reason: "Compiled", observedGeneration: 1 }),
+    ])
+  })
+
+  it("shows why a script is not ready: Ready=False with the compiler's message and line", async () => {
+    await start()
+    await createPipeline("broken", "export const pipeline = async () => {\n  const x = ;\n}\n")
+    const pipeline = await eventually(
+      () => getPipeline("broken"),
+      (p) => p.status?.observedGeneration === 1,
+      "the status is written",
+    )
+    const ready = pipeline.status?.conditions?.find((condition) => condition.type === "Ready")
+    expect(ready).toMatchObject({ status: "False", reason: "InvalidContent" })
+    expect(ready?.message).toMatch(/^broken\.ts:2:13: Unexpected ";"/)
+  })
+
+  it("refuses a script that exports no pipeline function", async () => {
+    await start()
+    await createPipeline("no-export", "export const build = async () => {}\n")
+    const pipeline = await eventually(
+      () => getPipeline("no-export"),
+      (p) => p.status?.observedGeneration === 1,
+      "the status is written",
+    )
+    expect(pipeline.status?.conditions?.[0]).toMatchObject({ status: "False", reason: "InvalidContent" })
+    expect(pipeline.status?.conditions?.[0]?.message).toContain("no-export.ts does not export a pipeline function")
+  })
+
+  it("checks a new generation again and keeps the transition time while Ready stays the same", async () => {
+    await start()
+    await createPipeline("moving", script())
+    const first = await eventually(
+      () => getPipeline("moving"),
+      (p) => p.status?.observedGeneration === 1,
+      "generation 1 is observed",
+    )
+    await objects.patchNamespacedCustomObject(
+      { ...pipelines, name: "moving", body: { spec: { content: script(task("a", "true")) } } },
+      merge,
+    )
+    const second = await eventually(
+      () => getPipeline("moving"),
+      (p) => p.status?.observedGeneration === 2,
+      "generation 2 is observed",
+    )
+    expect(second.status?.conditions?.[0]).toMatchObject({ status: "True", observedGeneration: 2 })
+    expect(second.status?.conditions?.[0]?.lastTransitionTime).toBe(first.status?.conditions?.[0]?.lastTransitionTime)
+  })
+
+  it("says YAML is not supported yet with Ready=Unknown", async () => {
+    await start()
+    await createPipeline("yaml", "jobs:\n  - name: build\n    plan: []\n")
+    const pipeline = await eventually(
+      () => getPipeline("yaml"),
+      (p) => p.status?.observedGeneration === 1,
+      "the status is written",
+    )
+    expect(pipeline.status?.conditions?.[0]).toMatchObject({ status: "Unknown", reason: "YamlNotSupportedYet" })
+  })
+})
+
+describe("the run reconciler", () => {
+  it("runs a Run to success, mirrors its tasks into the status and owns it by its pipeline", async () => {
+    await start()
+    const pipeline = await createPipeline("hello", script(task("greet", "echo hello"), task("check", "exit 3")))
+    await createRun("hello-1", "hello", { trigger: { type: "manual", args: ["x"] } })
+    const run = await finished("hello-1")
+    expect(run.status).toMatchObject({ phase: "success", code: 0, message: "" })
+    expect(run.status?.tasks?.map((t) => [t.path, t.status, t.code])).toEqual([
+      ["tasks/1/greet", "success", 0],
+      ["tasks/2/check", "failure", 3],
+    ])
+    expect(run.status?.duration).toMatch(/^\d+(\.\d+)?m?s$/)
+    expect(Date.parse(run.status?.finishedAt ?? "")).toBeGreaterThanOrEqual(Date.parse(run.status?.startedAt ?? ""))
+    expect(run.metadata?.ownerReferences).toEqual([
+      expect.objectContaining({ kind: "Pipeline", name: "hello", uid: pipeline.metadata?.uid, controller: true }),
+    ])
+    expect(store.output("hello-1", "tasks/1/greet", "stdout")).toBe("hello\n")
+  })
+
+  it("ends a failing script as failure with its message", async () => {
+    await start()
+    await createPipeline("throws", script('throw new Error("the tests are red")'))
+    await createRun("throws-1", "throws")
+    const run = await finished("throws-1")
+    expect(run.status).toMatchObject({ phase: "failure", code: 1 })
+    expect(run.status?.message).toContain("the tests are red")
+  })
+
+  it("ends a Run of a missing pipeline as error naming it", async () => {
+    await start()
+    await createRun("orphan-1", "no-such-pipeline")
+    const run = await finished("orphan-1")
+    expect(run.status).toMatchObject({ phase: "error", code: 2 })
+    expect(run.status?.message).toContain('pipeline "no-such-pipeline" not found in namespace "default"')
+  })
+
+  it("ends a Run of a pipeline that does not compile as error with the compiler's line", async () => {
+    await start()
+    await createPipeline("bad", "export const pipeline = async () => {\n  const x = ;\n}\n")
+    await createRun("bad-1", "bad")
+    const run = await finished("bad-1")
+    expect(run.status).toMatchObject({ phase: "error", code: 2 })
+    expect(run.status?.message).toContain("bad.ts:2:13")
+  })
+
+  it("ends a Run of a pipeline whose driver is unknown as error naming the known ones", async () => {
+    await start()
+    await createPipeline("podman", script(task("a", "true")), { driver: "podman" })
+    await createRun("podman-1", "podman")
+    const run = await finished("podman-1")
+    expect(run.status).toMatchObject({ phase: "error" })
+    expect(run.status?.message).toContain('"podman"')
+  })
+
+  it("runs at most max-in-flight Runs at once, first in first out, and queues the rest", async () => {
+    await start({ maxInFlight: 2 })
+    await createPipeline("slow", script(task("wait", "sleep 0.4")))
+    const phases = new Map<string, string>()
+    let mostRunning = 0
+    const watching = await new Watch(api.kubeConfig).watch(
+      "/apis/runnel.dev/v1alpha1/namespaces/default/runs",
+      {},
+      (_type, run: RunObject) => {
+        phases.set(run.metadata?.name ?? "", run.status?.phase ?? "")
+        mostRunning = Math.max(mostRunning, [...phases.values()].filter((phase) => phase === "running").length)
+      },
+      () => {},
+    )
+    try {
+      const names = ["q-1", "q-2", "q-3", "q-4", "q-5"]
+      for (const name of names) await createRun(name, "slow")
+      await eventually(
+        () => getRun("q-5"),
+        (run) => run.status?.phase === "queued" || run.status?.phase === "running",
+        "the last run is queued",
+      )
+      const done = await Promise.all(names.map(finished))
+      expect(done.map((run) => run.status?.phase)).toEqual(["success", "success", "success", "success", "success"])
+      expect(mostRunning).toBe(2)
+      const byStart = [...done].sort(
+        (a, b) => Date.parse(a.status?.startedAt ?? "") - Date.parse(b.status?.startedAt ?? ""),
+      )
+      expect(byStart.map((run) => run.metadata?.name)).toEqual(names)
+      expect(Date.parse(done[2]?.status?.startedAt ?? "")).toBeGreaterThanOrEqual(
+        Math.min(...done.slice(0, 2).map((run) => Date.parse(run.status?.finishedAt ?? ""))),
+      )
+    } finally {
+      watching.abort()
+    }
+  })
+
+  it("aborts a running Run when spec.stop is set and kills its task", async () => {
+    await start()
+    const marker = join(dir, "stopped-task-finished")
+    await createPipeline("long", script(task("sleep", `sleep 5 && touch ${marker}`)))
+    await createRun("long-1", "long")
+    await eventually(
+      () => getRun("long-1"),
+      (run) => run.status?.tasks?.[0]?.status === "running",
+      "the task runs",
+    )
+    const stoppedAt = Date.now()
+    await objects.patchNamespacedCustomObject({ ...runs, name: "long-1", body: { spec: { stop: true } } }, merge)
+    const run = await finished("long-1")
+    expect(Date.now() - stoppedAt).toBeLessThan(3000)
+    expect(run.status).toMatchObject({
+      phase: "aborted",
+      code: 130,
+      message: "the run was stopped (spec.stop is true)",
+    })
+    expect(run.status?.tasks?.[0]).toMatchObject({ path: "tasks/1/sleep", status: "aborted" })
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect(existsSync(marker)).toBe(false)
+  })
+
+  it("aborts a queued Run with spec.stop without starting it", async () => {
+    await start({ maxInFlight: 1 })
+    await createPipeline("blocker", script(task("wait", "sleep 1")))
+    await createRun("blocker-1", "blocker")
+    await createRun("blocker-2", "blocker")
+    await eventually(
+      () => getRun("blocker-2"),
+      (run) => run.status?.phase === "queued",
+      "the second run is queued",
+    )
+    await objects.patchNamespacedCustomObject({ ...runs, name: "blocker-2", body: { spec: { stop: true } } }, merge)
+    const run = await finished("blocker-2")
+    expect(run.status).toMatchObject({ phase: "aborted", code: 130 })
+    expect(run.status?.startedAt ?? null).toBeNull()
+    expect(store.tasks("blocker-2")).toEqual([])
+    expect((await finished("blocker-1")).status?.phase).toBe("success")
+  })
+
+  it("deletes a pipeline's Runs with it, aborting the one that runs", async () => {
+    await start({ maxInFlight: 1 })
+    const marker = join(dir, "cascade-task-finished")
+    await createPipeline("doomed", script(task("sleep", `sleep 5 && touch ${marker}`)))
+    await createRun("doomed-1", "doomed")
+    await createRun("doomed-2", "doomed")
+    await eventually(
+      () => getRun("doomed-1"),
+      (run) => run.status?.tasks?.[0]?.status === "running",
+      "it runs",
+    )
+    await eventually(
+      () => getRun("doomed-2"),
+      (run) => (run.metadata?.ownerReferences ?? []).length > 0,
+      "owned",
+    )
+    await objects.deleteNamespacedCustomObject({ ...pipelines, name: "doomed" })
+    await api.api.settled()
+    await eventually(
+      async () => (await gone(getRun("doomed-1"))) && (await gone(getRun("doomed-2"))),
+      (both) => both,
+      "both runs are deleted",
+    )
+    await eventually(
+      async () => store.tasks("doomed-1")[0]?.status,
+      (status) => status === "aborted",
+      "the running task is aborted",
+    )
+    expect(existsSync(marker)).toBe(false)
+  })
+
+  it("runs the current content and says so when the pipeline moved on from the generation a Run names", async () => {
+    await createPipeline("gen", script('console.log("one")'))
+    await objects.patchNamespacedCustomObject(
+      { ...pipelines, name: "gen", body: { spec: { content: script('console.log("two")') } } },
+      merge,
+    )
+    await createRun("gen-1", "gen", { pipelineGeneration: 1 })
+    await start()
+    const run = await finished("gen-1")
+    expect(run.status?.phase).toBe("success")
+    expect(run.status?.conditions?.[0]).toMatchObject({
+      type: "PipelineGeneration",
+      status: "False",
+      reason: "PipelineChanged",
+    })
+    expect(run.metadata?.annotations?.["runnel.dev/pipeline-generation"]).toBe("2")
+    expect(store.output("gen-1", "pipeline/console", "stdout")).toBe("two\n")
+  })
+})
+
+describe("resuming after a restart", () => {
+  /** What an interrupted operator leaves: a Run `running` on known content, and its first task finished in the store. */
+  async function interruptedRun(name: string, content: string, recordedContent = content) {
+    const counter = join(dir, `${name}.count`)
+    await createPipeline(name, content.replaceAll("COUNTER", counter))
+    await createRun(`${name}-1`, name)
+    await objects.patchNamespacedCustomObject(
+      {
+        ...runs,
+        name: `${name}-1`,
+        body: {
+          metadata: {
+            annotations: {
+              "runnel.dev/pipeline-generation": "1",
+              "runnel.dev/content-sha256": createHash("sha256")
+                .update(recordedContent.replaceAll("COUNTER", counter))
+                .digest("hex"),
+            },
+          },
+        },
+      },
+      merge,
+    )
+    await objects.patchNamespacedCustomObjectStatus(
+      {
+        ...runs,
+        name: `${name}-1`,
+        body: { status: { phase: "running", startedAt: "2025-01-01T00:00:00.000Z" } },
+      },
+      merge,
+    )
+    const startedAt = new Date().toISOString()
+    store.saveTask({
+      runId: `${name}-1`,
+      path: "tasks/1/first",
+      name: "first",
+      status: "success",
+      code: 0,
+      startedAt,
+      endedAt: startedAt,
+    })
+    store.append(`${name}-1`, "tasks/1/first", "stdout", "first ran\n")
+    store.saveTask({
+      runId: `${name}-1`,
+      path: "tasks/2/second",
+      name: "second",
+      status: "running",
+      code: null,
+      startedAt,
+      endedAt: null,
+    })
+    await store.flush()
+    return counter
+  }
+
+  const threeTasks = script(
+    `const first = ${task("first", "echo first >> COUNTER; echo first ran")}`,
+    'assert.equal(first.stdout, "first ran\\n")',
+    task("second", "echo second >> COUNTER"),
+    task("third", "echo third >> COUNTER"),
+  )
+
+  it("resumes a Run found running from its first unfinished task", async () => {
+    const counter = await interruptedRun("resume", threeTasks)
+    await start()
+    const run = await finished("resume-1")
+    expect(run.status).toMatchObject({ phase: "success", code: 0, startedAt: "2025-01-01T00:00:00.000Z" })
+    expect(readFileSync(counter, "utf8")).toBe("second\nthird\n")
+    expect(run.status?.tasks?.map((t) => [t.path, t.status])).toEqual([
+      ["tasks/1/first", "success"],
+      ["tasks/2/second", "success"],
+      ["tasks/3/third", "success"],
+    ])
+  })
+
+  it("closes a Run found running as error when its pipeline changed meanwhile", async () => {
+    const counter = await interruptedRun("changed", threeTasks, "export const pipeline = async () => {}\n")
+    await start()
+    const run = await finished("changed-1")
+    expect(run.status).toMatchObject({ phase: "error", code: 2 })
+    expect(run.status?.message).toContain('pipeline "changed" changed since it started')
+    expect(existsSync(counter)).toBe(false)
+  })
+})

@@ -1,0 +1,125 @@
+import type { KubeConfig } from "@kubernetes/client-node"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import type { SecretResolver } from "../lib/secrets/secret-resolver.ts"
+import { DriverPool, type DriverSource } from "./driver-pool.ts"
+import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
+import { type Informer, startInformer } from "./informer.ts"
+import { type OperatorLog, quietLog } from "./operator-log.ts"
+import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
+import { ResourceClient } from "./resource-client.ts"
+import type { PipelineObject, RunObject } from "./resources.ts"
+import { RunReconciler } from "./run-reconciler.ts"
+
+export type OperatorOptions = {
+  /** Any Kubernetes API with runnel's CRDs: the embedded one over loopback, or a cluster's. */
+  readonly kubeConfig: KubeConfig
+  /** The namespace whose Pipelines and Runs this operator reconciles. */
+  readonly namespace: string
+  readonly store: LogStore
+  /** The secrets every run may use (`--secret K=V`). */
+  readonly secrets: SecretResolver
+  /** Makes drivers by name; cli/ passes its registry. */
+  readonly drivers: DriverSource
+  /** `--driver`: for pipelines whose spec names none. */
+  readonly defaultDriver: string
+  /** `--allowed-drivers`: "*" or the names allowed. */
+  readonly allowedDrivers: readonly string[] | "*"
+  readonly maxInFlight: number
+  readonly limits: SandboxLimits
+  /** Progress writes to a Run's status are coalesced within this window; 150 ms by default. */
+  readonly statusThrottleMs?: number
+  readonly log?: OperatorLog
+}
+
+/**
+ * A running operator. stop() is shutdown as STYLE.md says: refuse new work
+ * (queued runs stay queued), let executing runs finish within `graceMs`,
+ * abort the rest, then close in reverse order of opening. It is idempotent;
+ * called again with 0 while stopping, it aborts the executing runs at once.
+ */
+export type Operator = {
+  stop(graceMs: number): Promise<void>
+}
+
+/**
+ * Starts the Pipeline and Run reconcilers on informers of one namespace.
+ * Resolves once both caches are filled and the first pass is scheduled, so a
+ * Run left `running` by an earlier process is resumed right away.
+ */
+export async function startOperator(options: OperatorOptions): Promise<Operator> {
+  const log = options.log ?? quietLog
+  const client = new ResourceClient(options.kubeConfig, options.namespace)
+  const generations = new PipelineGenerations()
+  const drivers = new DriverPool({ source: options.drivers, allowed: options.allowedDrivers, log })
+  const pipelineReconciler = new PipelineReconciler({ client, log })
+  let pipelineInformer: Informer<PipelineObject> | undefined
+  const pipelines = { get: (name: string) => pipelineInformer?.get(name) }
+  const runs = new RunReconciler({
+    client,
+    pipelines,
+    generations,
+    store: options.store,
+    secrets: options.secrets,
+    drivers,
+    defaultDriver: options.defaultDriver,
+    limits: options.limits,
+    maxInFlight: options.maxInFlight,
+    statusThrottleMs: options.statusThrottleMs ?? 150,
+    log,
+  })
+
+  pipelineInformer = await startInformer<PipelineObject>({
+    kubeConfig: options.kubeConfig,
+    path: client.path("pipelines"),
+    namespace: options.namespace,
+    list: () => client.list("pipelines"),
+    handlers: {
+      changed(pipeline) {
+        generations.remember(pipeline)
+        pipelineReconciler.changed(pipeline)
+      },
+      deleted(pipeline) {
+        generations.forget(pipeline.metadata?.uid)
+      },
+    },
+    log,
+  })
+  pipelineReconciler.attach(pipelineInformer)
+  let runInformer: Informer<RunObject>
+  try {
+    runInformer = await startInformer<RunObject>({
+      kubeConfig: options.kubeConfig,
+      path: client.path("runs"),
+      namespace: options.namespace,
+      list: () => client.list("runs"),
+      handlers: { changed: (run) => runs.changed(run), deleted: (run) => runs.deleted(run) },
+      log,
+    })
+  } catch (error) {
+    await pipelineInformer.stop()
+    throw error
+  }
+  // Leftovers of crashed processes on the default driver go now, even if no run uses that driver again.
+  drivers.get(options.defaultDriver, {}).catch(() => {})
+  runs.attach(runInformer)
+  log("operator.started", { namespace: options.namespace, maxInFlight: options.maxInFlight })
+
+  let stopped: Promise<void> | undefined
+  return {
+    stop(graceMs) {
+      if (stopped !== undefined) {
+        if (graceMs === 0) runs.abortAll()
+        return stopped
+      }
+      stopped = (async () => {
+        await runs.drain(graceMs)
+        await runInformer.stop()
+        await pipelineInformer?.stop()
+        await pipelineReconciler.idle()
+        await drivers.close()
+        log("operator.stopped", {})
+      })()
+      return stopped
+    },
+  }
+}

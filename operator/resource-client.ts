@@ -1,0 +1,75 @@
+import {
+  ApiException,
+  CustomObjectsApi,
+  type KubeConfig,
+  type KubernetesListObject,
+  PatchStrategy,
+  setHeaderOptions,
+} from "@kubernetes/client-node"
+import type { PipelineObject, RunObject, RunStatusFields } from "./resources.ts"
+import { runnelGroup, runnelVersion } from "./resources.ts"
+
+const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch)
+
+type Plural = "pipelines" | "runs"
+
+/**
+ * The calls the operator makes, in one namespace, through
+ * `@kubernetes/client-node`: the same against the embedded API and a real
+ * cluster. Writes are JSON merge patches (no resourceVersion): the operator
+ * is the only writer of a status, and a patch never loses to a stale read.
+ * A call on an object that is gone resolves `undefined`; every other failure rejects.
+ */
+export class ResourceClient {
+  readonly namespace: string
+  readonly #objects: CustomObjectsApi
+
+  constructor(kubeConfig: KubeConfig, namespace: string) {
+    this.namespace = namespace
+    this.#objects = kubeConfig.makeApiClient(CustomObjectsApi)
+  }
+
+  /** `/apis/runnel.dev/v1alpha1/namespaces/NS/PLURAL`, the path informers watch. */
+  path(plural: Plural): string {
+    return `/apis/${runnelGroup}/${runnelVersion}/namespaces/${this.namespace}/${plural}`
+  }
+
+  list<T extends PipelineObject | RunObject>(plural: Plural): Promise<KubernetesListObject<T>> {
+    return this.#objects.listNamespacedCustomObject({ ...this.#where(plural) })
+  }
+
+  getPipeline(name: string): Promise<PipelineObject | undefined> {
+    return ifGone(this.#objects.getNamespacedCustomObject({ ...this.#where("pipelines"), name }))
+  }
+
+  patchPipelineStatus(name: string, status: PipelineObject["status"]): Promise<PipelineObject | undefined> {
+    return ifGone(
+      this.#objects.patchNamespacedCustomObjectStatus({ ...this.#where("pipelines"), name, body: { status } }, merge),
+    )
+  }
+
+  patchRunStatus(name: string, status: RunStatusFields): Promise<RunObject | undefined> {
+    return ifGone(
+      this.#objects.patchNamespacedCustomObjectStatus({ ...this.#where("runs"), name, body: { status } }, merge),
+    )
+  }
+
+  patchRunMetadata(name: string, metadata: NonNullable<RunObject["metadata"]>): Promise<RunObject | undefined> {
+    return ifGone(
+      this.#objects.patchNamespacedCustomObject({ ...this.#where("runs"), name, body: { metadata } }, merge),
+    )
+  }
+
+  #where(plural: Plural) {
+    return { group: runnelGroup, version: runnelVersion, namespace: this.namespace, plural }
+  }
+}
+
+async function ifGone<T>(call: Promise<T>): Promise<T | undefined> {
+  try {
+    return await call
+  } catch (error) {
+    if (error instanceof ApiException && error.code === 404) return undefined
+    throw error
+  }
+}

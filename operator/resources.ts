@@ -1,0 +1,115 @@
+import type { KubernetesObject } from "@kubernetes/client-node"
+import { parse as parseYaml } from "yaml"
+import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
+
+/** runnel's resources as crds/ defines them; only the fields the operator reads or writes. */
+export const runnelGroup = "runnel.dev"
+export const runnelVersion = "v1alpha1"
+export const runnelApiVersion = `${runnelGroup}/${runnelVersion}`
+
+export type Condition = {
+  type: string
+  status: "True" | "False" | "Unknown"
+  reason: string
+  message: string
+  lastTransitionTime: string
+  observedGeneration?: number
+}
+
+export type ContentType = "ts" | "js" | "yaml"
+
+export type PipelineSpec = {
+  content: string
+  contentType?: ContentType
+  driver?: string
+  driverConfig?: Record<string, unknown>
+  paused?: boolean
+}
+
+export type PipelineObject = KubernetesObject & {
+  spec: PipelineSpec
+  status?: { observedGeneration?: number; conditions?: Condition[] }
+}
+
+export type RunTrigger = {
+  type?: "manual" | "args" | "webhook" | "schedule" | "cli"
+  by?: string
+  args?: string[]
+}
+
+export type StatusTask = {
+  path: string
+  name: string
+  status: TaskStatus
+  code: number | null
+  startedAt: string | null
+  endedAt: string | null
+}
+
+export type RunStatusFields = {
+  phase?: RunStatus
+  code?: number | null
+  message?: string
+  startedAt?: string | null
+  finishedAt?: string | null
+  duration?: string
+  tasks?: StatusTask[]
+  observedGeneration?: number
+  conditions?: Condition[]
+}
+
+export type RunObject = KubernetesObject & {
+  spec: { pipelineRef: { name: string }; pipelineGeneration?: number; trigger?: RunTrigger; stop?: boolean }
+  status?: RunStatusFields
+}
+
+/** Annotations the operator writes on a Run when it admits it: what a resumed run must still find. */
+export const runAnnotations = {
+  generation: "runnel.dev/pipeline-generation",
+  contentSha256: "runnel.dev/content-sha256",
+} as const
+
+export const finalPhases: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
+
+export const isFinal = (run: RunObject) => finalPhases.has(run.status?.phase ?? "")
+
+/** `namespace/name`: how the operator keys objects in its maps. */
+export const keyOf = (object: KubernetesObject) => `${object.metadata?.namespace ?? ""}/${object.metadata?.name ?? ""}`
+
+/**
+ * The content type of a pipeline: `spec.contentType`, else inferred as
+ * contract.md section 4 says: a YAML mapping with a `jobs` list is yaml,
+ * anything else ts.
+ */
+export function contentTypeOf(spec: PipelineSpec): ContentType {
+  if (spec.contentType !== undefined) return spec.contentType
+  try {
+    const parsed: unknown = parseYaml(spec.content)
+    if (parsed !== null && typeof parsed === "object" && Array.isArray((parsed as { jobs?: unknown }).jobs)) {
+      return "yaml"
+    }
+  } catch {
+    // Not YAML at all: a script.
+  }
+  return "ts"
+}
+
+/**
+ * `conditions` with `next` in place of the condition of its type. The
+ * transition time moves only when the status does, as Kubernetes' convention asks.
+ */
+export function withCondition(conditions: readonly Condition[] | undefined, next: Condition): Condition[] {
+  const list = [...(conditions ?? [])]
+  const at = list.findIndex((condition) => condition.type === next.type)
+  const previous = at === -1 ? undefined : list[at]
+  const merged =
+    previous !== undefined && previous.status === next.status
+      ? { ...next, lastTransitionTime: previous.lastTransitionTime }
+      : next
+  if (at === -1) list.push(merged)
+  else list[at] = merged
+  return list
+}
+
+/** Kubernetes timestamps have whole seconds. */
+export const kubeTime = (date = new Date()) => date.toISOString().replace(/\.\d+Z$/, "Z")

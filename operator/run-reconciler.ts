@@ -1,0 +1,479 @@
+import { createHash } from "node:crypto"
+import type { V1OwnerReference } from "@kubernetes/client-node"
+import { errorMessage } from "../lib/core/errors.ts"
+import type { TaskRecord } from "../lib/core/run.ts"
+import { type FinalRunStatus, runExitCode } from "../lib/core/status.ts"
+import { consoleTaskPath } from "../lib/core/task-path.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import type { SecretResolver } from "../lib/secrets/secret-resolver.ts"
+import type { DriverPool } from "./driver-pool.ts"
+import { RunAborted, runScript, type TriggerType } from "./engine/engine.ts"
+import { journalFromStore } from "./engine/journal.ts"
+import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
+import type { Informer } from "./informer.ts"
+import type { OperatorLog } from "./operator-log.ts"
+import { scriptFilename } from "./pipeline-check.ts"
+import type { PipelineGenerations } from "./pipeline-reconciler.ts"
+import type { ResourceClient } from "./resource-client.ts"
+import {
+  type Condition,
+  contentTypeOf,
+  isFinal,
+  kubeTime,
+  type PipelineObject,
+  type PipelineSpec,
+  type RunObject,
+  type RunStatusFields,
+  runAnnotations,
+  runnelApiVersion,
+  type StatusTask,
+  withCondition,
+} from "./resources.ts"
+import { formatDuration, RunStatusWriter, statusTask, taskListObserver } from "./run-status.ts"
+
+export type RunReconcilerOptions = {
+  readonly client: ResourceClient
+  /** The Pipelines as the operator last saw them; a miss or an older generation is read from the API. */
+  readonly pipelines: Pick<Informer<PipelineObject>, "get">
+  readonly generations: PipelineGenerations
+  readonly store: LogStore
+  readonly secrets: SecretResolver
+  readonly drivers: DriverPool
+  /** The driver of a pipeline whose spec names none (`--driver`). */
+  readonly defaultDriver: string
+  readonly limits: SandboxLimits
+  /** `--max-in-flight`: runs executing at once; the rest wait, first in, first out. */
+  readonly maxInFlight: number
+  /** Progress writes to a Run's status within this window are coalesced into one. */
+  readonly statusThrottleMs: number
+  readonly log: OperatorLog
+}
+
+const retryAfterFailureMs = 1_000
+
+type ActiveRun = { readonly controller: AbortController; readonly done: Promise<void> }
+
+/** Which content a run executes, and what the operator records about it. */
+type Plan = {
+  readonly spec: PipelineSpec
+  readonly generation: number
+  readonly condition?: Condition
+}
+
+/**
+ * Executes Runs: admission, execution with the engine, status, stop, resume.
+ *
+ * Level-triggered: every event schedules one pass over all Runs in the
+ * informer's cache, which decides from each Run's resource alone (and what
+ * this process is doing) what must happen:
+ * - no phase or `queued`: admitted when fewer than maxInFlight runs execute,
+ *   oldest first (creationTimestamp, then the order the operator saw them,
+ *   then name); else marked `queued`. A Run naming a missing Pipeline ends
+ *   `error` with a message that names it.
+ * - `running` but not executing here: an earlier operator was interrupted
+ *   while running it. It is resumed, replaying its script with the journal of
+ *   the tasks it finished, if its Pipeline still has the content it started
+ *   with; otherwise it ends `error` with the reason.
+ * - `spec.stop: true` or deletion: a queued Run ends `aborted`; an executing
+ *   one is aborted (its tasks are killed) and ends `aborted`.
+ * - a final phase: nothing.
+ * A pass is synchronous; the writes and executions it starts run beside it,
+ * and this process's own bookkeeping keeps a later pass (which may still see
+ * an older version of a Run) from doing the same thing twice.
+ */
+export class RunReconciler {
+  readonly #options: RunReconcilerOptions
+  #informer: Informer<RunObject> | undefined
+  readonly #active = new Map<string, ActiveRun>()
+  /** Runs this process ended, until the cache shows their final phase. */
+  readonly #settled = new Set<string>()
+  /** Runs marked queued (or being marked) by this process, and that write. */
+  readonly #enqueued = new Map<string, Promise<void>>()
+  /** The order in which this process first saw each Run: the watch delivers creations in order. */
+  readonly #arrival = new Map<string, number>()
+  #arrivals = 0
+  #draining = false
+  #stopped = false
+  #scheduled: NodeJS.Immediate | undefined
+  readonly #hurry = Promise.withResolvers<"hurry">()
+
+  constructor(options: RunReconcilerOptions) {
+    this.#options = options
+  }
+
+  attach(informer: Informer<RunObject>): void {
+    this.#informer = informer
+    for (const run of informer.list()) this.#arrived(run)
+    this.schedule()
+  }
+
+  changed(run: RunObject): void {
+    this.#arrived(run)
+    this.schedule()
+  }
+
+  deleted(run: RunObject): void {
+    const name = run.metadata?.name ?? ""
+    this.#active.get(name)?.controller.abort(new RunAborted("the Run was deleted"))
+    this.#settled.delete(name)
+    this.#enqueued.delete(name)
+    this.#arrival.delete(name)
+    this.schedule()
+  }
+
+  /** Runs a pass soon; a burst of events costs one pass. */
+  schedule(): void {
+    if (this.#stopped) return
+    this.#scheduled ??= setImmediate(() => {
+      this.#scheduled = undefined
+      this.#pass()
+    })
+  }
+
+  /**
+   * Stops admitting and resuming; waits up to `graceMs` for executing runs to
+   * finish, then aborts the rest (they end `aborted`) and waits for their
+   * final status. Queued runs stay queued for the next operator.
+   */
+  async drain(graceMs: number): Promise<void> {
+    this.#draining = true
+    const all = async () => {
+      await Promise.all([...this.#active.values()].map((run) => run.done))
+    }
+    let timer: NodeJS.Timeout | undefined
+    const graceOver = new Promise<"grace-over">((resolve) => {
+      timer = setTimeout(() => resolve("grace-over"), graceMs)
+    })
+    const outcome = await Promise.race([all(), graceOver, this.#hurry.promise])
+    clearTimeout(timer)
+    if (outcome !== undefined) {
+      this.abortAll()
+      await all()
+    }
+    this.#stopped = true
+    clearImmediate(this.#scheduled)
+    this.#scheduled = undefined
+    await Promise.allSettled([...this.#enqueued.values()])
+  }
+
+  /** Aborts every executing run: shutdown without (more) grace. */
+  abortAll(): void {
+    const reason = new RunAborted(
+      "runnel shut down before the run finished (it waited --shutdown-grace for running runs)",
+    )
+    for (const run of this.#active.values()) run.controller.abort(reason)
+    this.#hurry.resolve("hurry")
+  }
+
+  #arrived(run: RunObject): void {
+    const name = run.metadata?.name
+    if (name !== undefined && !this.#arrival.has(name)) this.#arrival.set(name, ++this.#arrivals)
+  }
+
+  #pass(): void {
+    const runs = this.#informer?.list() ?? []
+    const waiting: RunObject[] = []
+    for (const run of runs) {
+      const name = run.metadata?.name ?? ""
+      const active = this.#active.get(name)
+      if (active !== undefined) {
+        if (run.spec.stop === true) active.controller.abort(new RunAborted("the run was stopped (spec.stop is true)"))
+        else if (run.metadata?.deletionTimestamp !== undefined) {
+          active.controller.abort(new RunAborted("the Run was deleted"))
+        }
+        continue
+      }
+      if (isFinal(run)) {
+        this.#settled.delete(name)
+        this.#enqueued.delete(name)
+        this.#arrival.delete(name)
+        continue
+      }
+      if (this.#settled.has(name) || run.metadata?.deletionTimestamp !== undefined) continue
+      if (run.spec.stop === true) {
+        const when = run.status?.phase === "running" ? "while runnel was down" : "before it started"
+        this.#endEarly(run, "aborted", `the run was stopped ${when} (spec.stop is true)`)
+      } else if (run.status?.phase === "running") {
+        // Admitted by an operator that is gone: resumed whatever maxInFlight says, since it was admitted already.
+        if (!this.#draining) this.#start(run, "resume")
+      } else {
+        waiting.push(run)
+      }
+    }
+    waiting.sort((a, b) => this.#compareAge(a, b))
+    for (const run of waiting) {
+      if (this.#draining || this.#active.size >= this.#options.maxInFlight) this.#enqueue(run)
+      else this.#start(run, "admit")
+    }
+  }
+
+  #compareAge(a: RunObject, b: RunObject): number {
+    const created = (run: RunObject) => String(run.metadata?.creationTimestamp ?? "")
+    const arrival = (run: RunObject) => this.#arrival.get(run.metadata?.name ?? "") ?? 0
+    const name = (run: RunObject) => run.metadata?.name ?? ""
+    return (
+      created(a).localeCompare(created(b)) ||
+      arrival(a) - arrival(b) ||
+      (name(a) < name(b) ? -1 : name(a) > name(b) ? 1 : 0)
+    )
+  }
+
+  /** Marks a waiting run `queued` and owned by its Pipeline, once; a missing Pipeline ends it `error`. */
+  #enqueue(run: RunObject): void {
+    const name = run.metadata?.name ?? ""
+    if (this.#enqueued.has(name)) return
+    const { client, log } = this.#options
+    const written = (async () => {
+      const pipeline = await this.#pipeline(run.spec.pipelineRef.name)
+      if (this.#active.has(name)) return // admitted meanwhile: the execution decides
+      if (pipeline === undefined) {
+        this.#endEarly(run, "error", this.#missingPipeline(run))
+        return
+      }
+      const owners = ownerReferences(run, pipeline)
+      if (owners !== undefined) await client.patchRunMetadata(name, { ownerReferences: owners })
+      // Admitted or ended (stopped) meanwhile: those writes wait for this one, and `queued` must not follow them.
+      if (run.status?.phase !== "queued" && !this.#active.has(name) && !this.#settled.has(name)) {
+        await client.patchRunStatus(name, { phase: "queued", code: null })
+      }
+    })().catch((error: unknown) => {
+      log("run.enqueue-failed", { run: name, error: errorMessage(error) })
+      this.#enqueued.delete(name) // asked again on the next pass
+    })
+    this.#enqueued.set(name, written)
+  }
+
+  #start(run: RunObject, mode: "admit" | "resume"): void {
+    const name = run.metadata?.name ?? ""
+    const controller = new AbortController()
+    const done = this.#execute(run, mode, controller.signal)
+      .catch(async (error: unknown) => {
+        // The API refused a write before the run started; it is admitted again, but not in a tight loop.
+        this.#options.log("run.execute-failed", { run: name, error: errorMessage(error) })
+        await new Promise((resolve) => setTimeout(resolve, retryAfterFailureMs))
+      })
+      .finally(() => {
+        this.#active.delete(name)
+        this.schedule()
+      })
+    this.#active.set(name, { controller, done })
+  }
+
+  async #execute(run: RunObject, mode: "admit" | "resume", signal: AbortSignal): Promise<void> {
+    const { client, store, log } = this.#options
+    const name = run.metadata?.name ?? ""
+    const pipelineName = run.spec.pipelineRef.name
+    // A queued-write still on its way lands before the execution's writes, never after them.
+    await this.#enqueued.get(name)
+    const writer = new RunStatusWriter({
+      run: name,
+      write: async (status) => (await client.patchRunStatus(name, status)) !== undefined,
+      throttleMs: this.#options.statusThrottleMs,
+      log,
+    })
+    const end = (phase: FinalRunStatus, message: string) => this.#end(writer, run, phase, message)
+
+    const pipeline = await this.#pipeline(pipelineName, run.spec.pipelineGeneration)
+    if (pipeline === undefined) return end("error", this.#missingPipeline(run))
+    const plan = mode === "resume" ? this.#resumePlan(run, pipeline) : this.#admitPlan(run, pipeline)
+    if (typeof plan === "string") return end("error", plan)
+    const contentType = contentTypeOf(plan.spec)
+    if (contentType === "yaml") {
+      return end("error", `pipeline "${pipelineName}" is YAML; this version of runnel does not run YAML pipelines yet`)
+    }
+    const driverName = plan.spec.driver || this.#options.defaultDriver
+    let driver: Awaited<ReturnType<DriverPool["get"]>>
+    try {
+      driver = await this.#options.drivers.get(driverName, plan.spec.driverConfig ?? {})
+    } catch (error) {
+      return end("error", `pipeline "${pipelineName}": ${errorMessage(error)}`)
+    }
+
+    let startedAt = run.status?.startedAt ?? new Date().toISOString()
+    if (mode === "admit") {
+      startedAt = new Date().toISOString()
+      const owners = ownerReferences(run, pipeline)
+      const annotated = await client.patchRunMetadata(name, {
+        ...(owners === undefined ? {} : { ownerReferences: owners }),
+        annotations: {
+          [runAnnotations.generation]: String(plan.generation),
+          [runAnnotations.contentSha256]: sha256(plan.spec.content),
+        },
+      })
+      if (annotated === undefined) return // deleted meanwhile
+      await writer.now({
+        phase: "running",
+        code: null,
+        message: "",
+        startedAt,
+        finishedAt: null,
+        tasks: [],
+        ...(plan.condition === undefined ? {} : { conditions: withCondition(run.status?.conditions, plan.condition) }),
+      })
+    }
+    log(mode === "admit" ? "run.started" : "run.resumed", { run: name, pipeline: pipelineName, driver: driverName })
+
+    const tasks = new Map<string, StatusTask>()
+    // A resumed run keeps the tasks of its earlier attempts; those it finished return their recorded results.
+    const journal = mode === "resume" ? journalFromStore(store, name) : undefined
+    if (mode === "resume") for (const record of store.tasks(name)) tasks.set(record.path, statusTask(record))
+    const observer = taskListObserver(tasks, () => writer.update({ tasks: [...tasks.values()] }))
+    const result = await runScript(
+      {
+        runId: name,
+        pipelineId: pipeline.metadata?.uid ?? "",
+        pipelineName,
+        filename: scriptFilename(pipelineName, contentType),
+        source: plan.spec.content,
+        triggeredBy: triggerOf(run),
+        args: run.spec.trigger?.args ?? [],
+        ...(journal === undefined ? {} : { journal }),
+      },
+      {
+        driver,
+        driverName,
+        store,
+        secrets: this.#options.secrets,
+        observer,
+        limits: this.#options.limits,
+      },
+      signal,
+    )
+    this.#settled.add(name)
+    await writer.final({
+      phase: result.status,
+      code: result.code,
+      // The engine says only "the run was stopped"; the reason given to the signal says who stopped it.
+      message:
+        result.status === "aborted" && signal.reason instanceof RunAborted
+          ? signal.reason.message
+          : (result.message ?? ""),
+      startedAt,
+      finishedAt: result.finishedAt,
+      duration: formatDuration(Date.parse(result.finishedAt) - Date.parse(startedAt)),
+      tasks: closeLeftoverTasks(store, name, result.status).map(statusTask),
+    })
+    log("run.finished", { run: name, phase: result.status, code: result.code })
+  }
+
+  /** Ends a run that never started executing here (or could not be resumed) with its final status. */
+  async #end(writer: RunStatusWriter, run: RunObject, phase: FinalRunStatus, message: string): Promise<void> {
+    const name = run.metadata?.name ?? ""
+    this.#settled.add(name)
+    await this.#enqueued.get(name) // a `queued` on its way lands first
+    const finishedAt = new Date().toISOString()
+    const startedAt = run.status?.startedAt ?? null
+    const status: RunStatusFields = { phase, code: runExitCode(phase), message, finishedAt }
+    if (startedAt !== null) status.duration = formatDuration(Date.parse(finishedAt) - Date.parse(startedAt))
+    await writer.final(status)
+    this.#options.log("run.finished", { run: name, phase, message })
+  }
+
+  #endEarly(run: RunObject, phase: FinalRunStatus, message: string): void {
+    const name = run.metadata?.name ?? ""
+    const writer = new RunStatusWriter({
+      run: name,
+      write: async (status) => (await this.#options.client.patchRunStatus(name, status)) !== undefined,
+      throttleMs: this.#options.statusThrottleMs,
+      log: this.#options.log,
+    })
+    this.#end(writer, run, phase, message).catch((error: unknown) => {
+      this.#options.log("run.end-failed", { run: name, error: errorMessage(error) })
+    })
+  }
+
+  /** The Pipeline from the cache, or from the API when the cache misses it or lags behind `generation`. */
+  async #pipeline(name: string, generation?: number): Promise<PipelineObject | undefined> {
+    const cached = this.#options.pipelines.get(name)
+    if (cached !== undefined && (generation === undefined || (cached.metadata?.generation ?? 0) >= generation)) {
+      return cached
+    }
+    return this.#options.client.getPipeline(name)
+  }
+
+  #missingPipeline(run: RunObject): string {
+    const { name } = run.spec.pipelineRef
+    return `pipeline "${name}" not found in namespace "${this.#options.client.namespace}"; create it, or create a Run whose spec.pipelineRef.name names an existing pipeline`
+  }
+
+  /** The content a newly admitted run executes: the generation it names when known, else the current one. */
+  #admitPlan(run: RunObject, pipeline: PipelineObject): Plan | string {
+    const pipelineName = run.spec.pipelineRef.name
+    const current = pipeline.metadata?.generation ?? 1
+    const requested = run.spec.pipelineGeneration
+    if (requested === undefined || requested === current) return { spec: pipeline.spec, generation: current }
+    const kept = this.#options.generations.get(pipeline.metadata?.uid ?? "", requested)
+    if (kept !== undefined) return { spec: kept, generation: requested }
+    if (requested > current) {
+      return `the run names generation ${requested} of pipeline "${pipelineName}", which is at generation ${current}`
+    }
+    return {
+      spec: pipeline.spec,
+      generation: current,
+      condition: {
+        type: "PipelineGeneration",
+        status: "False",
+        reason: "PipelineChanged",
+        message: `the run names generation ${requested} of pipeline "${pipelineName}", which moved on to generation ${current} before the run started; runnel keeps no older content, so the run executes generation ${current}`,
+        lastTransitionTime: kubeTime(),
+      },
+    }
+  }
+
+  /** A run found `running` resumes only on the content it started with. */
+  #resumePlan(run: RunObject, pipeline: PipelineObject): Plan | string {
+    const pipelineName = run.spec.pipelineRef.name
+    const annotations = run.metadata?.annotations ?? {}
+    const startedWith = annotations[runAnnotations.contentSha256]
+    const generation = pipeline.metadata?.generation ?? 1
+    if (startedWith === undefined) {
+      return "the run was interrupted, and it does not record which pipeline content it ran, so it cannot be resumed; start a new run"
+    }
+    if (startedWith !== sha256(pipeline.spec.content)) {
+      return `the run was interrupted, and pipeline "${pipelineName}" changed since it started (generation ${annotations[runAnnotations.generation] ?? "?"}, now ${generation}), so it cannot be resumed; start a new run`
+    }
+    return { spec: pipeline.spec, generation }
+  }
+}
+
+/** The run's ownerReferences with its Pipeline added, or undefined when it is there already. */
+function ownerReferences(run: RunObject, pipeline: PipelineObject): V1OwnerReference[] | undefined {
+  const existing = run.metadata?.ownerReferences ?? []
+  const uid = pipeline.metadata?.uid ?? ""
+  if (existing.some((owner) => owner.uid === uid)) return undefined
+  return [
+    ...existing,
+    {
+      apiVersion: runnelApiVersion,
+      kind: "Pipeline",
+      name: pipeline.metadata?.name ?? "",
+      uid,
+      controller: !existing.some((owner) => owner.controller === true),
+    },
+  ]
+}
+
+/**
+ * The run's task records once it has ended. A task an earlier attempt left
+ * `running` that the resumed script never reached again is closed here:
+ * the console task with the run's status, any other as `aborted`.
+ */
+function closeLeftoverTasks(store: LogStore, runId: string, status: FinalRunStatus): TaskRecord[] {
+  const endedAt = new Date().toISOString()
+  return store.tasks(runId).map((task) => {
+    if (task.status !== "pending" && task.status !== "running") return task
+    const closed: TaskRecord =
+      task.path === consoleTaskPath
+        ? { ...task, status, code: status === "success" ? 0 : 1, endedAt }
+        : { ...task, status: "aborted", endedAt }
+    store.saveTask(closed)
+    return closed
+  })
+}
+
+function triggerOf(run: RunObject): TriggerType {
+  const type = run.spec.trigger?.type
+  return type === "webhook" || type === "schedule" ? type : "manual"
+}
+
+const sha256 = (text: string) => createHash("sha256").update(text).digest("hex")
