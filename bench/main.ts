@@ -15,6 +15,7 @@ import { runScript } from "../operator/engine/engine.ts"
 import { compileScript } from "../operator/engine/sandbox/compile.ts"
 import { runInSandbox } from "../operator/engine/sandbox/sandbox.ts"
 import { rawTask } from "./docker-floor.ts"
+import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
 
 const reps = Number(process.env.BENCH_REPS ?? 3)
@@ -169,6 +170,7 @@ try {
   await sandboxStart()
   await taskOverhead(docker, driver, store)
   logThroughput()
+  await runOperatorBench(line)
 } finally {
   await store.close()
   await driver.close()

@@ -241,10 +241,3 @@ async function watchFanOut(line: BenchLine, server: string, api: ReturnType<type
     for (const controller of controllers) controller.abort()
   }
 }
-
-if (import.meta.main) {
-  const line: BenchLine = (name, runnel, floor, ratio, target) =>
-    console.log(`${name.padEnd(18)} ${runnel.padEnd(22)} ${floor.padEnd(22)} ${ratio.padEnd(14)} ${target}`)
-  line("what", "runnel", "floor", "ratio", "target")
-  await runOperatorBench(line)
-}
