@@ -99,6 +99,8 @@ async function taskOverhead(docker: Docker, driver: Driver, store: LogStore) {
   )
 }
 
+type Measured = { mbPerS: number; peakRssMiB: number; rssGrowthMiB: number }
+
 function logThroughput() {
   const measure = (variant: string) =>
     JSON.parse(
@@ -109,23 +111,22 @@ function logThroughput() {
           encoding: "utf8",
         },
       ),
-    ) as { mbPerS: number; peakRssMiB: number; rssGrowthMiB: number }
-  const raw: number[] = []
-  const runnel: { mbPerS: number; peakRssMiB: number; rssGrowthMiB: number }[] = []
+    ) as Measured
+  const raw: Measured[] = []
+  const runnel: Measured[] = []
   for (let rep = 0; rep < reps; rep++) {
-    raw.push(measure("raw").mbPerS)
+    raw.push(measure("raw"))
     runnel.push(measure("runnel"))
   }
   const rate = median(runnel.map((r) => r.mbPerS))
-  const floor = median(raw)
-  const peak = Math.max(...runnel.map((r) => r.peakRssMiB))
-  const growth = Math.max(...runnel.map((r) => r.rssGrowthMiB))
+  const floor = median(raw.map((r) => r.mbPerS))
+  const growth = (runs: Measured[]) => `+${median(runs.map((r) => r.rssGrowthMiB)).toFixed(0)} MiB`
   line(
     "log throughput",
     `${rate.toFixed(1)} MB/s`,
     `${floor.toFixed(1)} MB/s`,
     `${(rate / floor).toFixed(3)}`,
-    `≥ 0.8 (peak RSS ${peak.toFixed(0)} MiB, +${growth.toFixed(0)} MiB)`,
+    `≥ 0.8 (200 MB of 81-byte lines; RSS growth ${growth(runnel)}, raw attach alone ${growth(raw)})`,
   )
 }
 
