@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs"
 import { hostname } from "node:os"
 
 /**
@@ -15,9 +16,23 @@ export function ownerIsDead(recorded: string | undefined): boolean {
   if (recorded.slice(0, separator) !== hostname() || !Number.isInteger(pid) || pid <= 0) return false
   try {
     process.kill(pid, 0)
-    return false
   } catch (error) {
     // EPERM: alive, owned by another user.
     return (error as NodeJS.ErrnoException).code === "ESRCH"
+  }
+  return isZombie(pid)
+}
+
+/**
+ * A killed process whose parent never reaps it still answers kill(pid, 0).
+ * Where init does not reap orphans (as in some containers), a crashed runner
+ * stays a zombie, and its leftovers would never go.
+ */
+function isZombie(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z")
+  } catch {
+    return false
   }
 }
