@@ -1,5 +1,5 @@
 # Targets wrap the npm scripts, so `make` and `npm run` agree.
-.PHONY: install start test lint typecheck bench check docker
+.PHONY: install start test lint typecheck bench check docker e2e
 
 install:
 	npm install
@@ -18,6 +18,10 @@ typecheck:
 
 bench:
 	npm run bench
+
+# The end-to-end suite against the cluster KUBECONFIG names (skipped without one; see test-e2e/README.md).
+e2e:
+	npm run e2e
 
 # What CI checks, in its order.
 check: lint typecheck test

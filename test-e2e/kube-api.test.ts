@@ -1,0 +1,11 @@
+import { it } from "vitest"
+import { kubeApiContract } from "../lib/kube/kube-api-contract.ts"
+import { clusterConfig, haveCluster } from "./cluster.ts"
+
+// The shared contract every Kubernetes API runnel talks to must pass, here against the cluster of KUBECONFIG
+// (global-setup.ts installed runnel's CRDs). The contract makes and deletes a namespace of its own.
+if (haveCluster) {
+  kubeApiContract("the cluster's", async () => ({ kubeConfig: clusterConfig(), close: async () => {} }))
+} else {
+  it.skip("the Kubernetes API contract against the cluster of KUBECONFIG (KUBECONFIG is not set)", () => {})
+}
