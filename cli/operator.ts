@@ -18,7 +18,7 @@ export const operatorFlags: readonly FlagSpec[] = [
     name: "kubeconfig",
     value: "FILE",
     description:
-      "kubeconfig of the Kubernetes API to reconcile against; `runnel server` without it serves its embedded API",
+      "kubeconfig of the Kubernetes API to reconcile against; `runnel server` without it serves its embedded API, or in a Pod uses the cluster",
   },
   { name: "namespace", value: "NAME", defaultValue: "default", description: "namespace of the Pipelines and Runs" },
   {

@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net"
 import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
-import { type FlagSpec, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
+import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
 import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
@@ -35,7 +35,7 @@ export function serverCommand(program: Command): void {
 }
 
 /**
- * One process: the embedded API (unless --kubeconfig names a cluster), the
+ * One process: the embedded API (unless --kubeconfig names a cluster, or it runs in a Pod), the
  * operator talking to it over loopback HTTP as it would to a cluster, and
  * /health. Opened in order, closed in reverse.
  */
@@ -45,8 +45,9 @@ async function server(options: Record<string, unknown>): Promise<void> {
   const port = flags.port === "0" ? 0 : parsePositiveInt(flags.port as string, "port")
   const host = String(flags.host)
 
+  const { inCluster } = hostEnvironment()
   const embedded =
-    settings.kubeconfig === undefined
+    settings.kubeconfig === undefined && !inCluster
       ? createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
       : undefined
   let draining = false
@@ -76,6 +77,7 @@ async function server(options: Record<string, unknown>): Promise<void> {
     const address = await listen(http, port, host)
     const kubeConfig = new KubeConfig()
     if (settings.kubeconfig !== undefined) loadKubeconfig(kubeConfig, settings.kubeconfig)
+    else if (inCluster) kubeConfig.loadFromCluster()
     else
       kubeConfig.loadFromOptions(
         loopbackConfig(`http://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`),

@@ -75,5 +75,7 @@ export function hostEnvironment(env: NodeJS.ProcessEnv = process.env) {
   return Object.freeze({
     dockerHost: env.DOCKER_HOST,
     path: env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
+    /** Set in every Pod: `runnel server` without --kubeconfig then uses the cluster, not its embedded API. */
+    inCluster: env.KUBERNETES_SERVICE_HOST !== undefined && env.KUBERNETES_SERVICE_HOST !== "",
   })
 }
