@@ -3,6 +3,8 @@ import type { AddressInfo } from "node:net"
 import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
+import { createApiServer } from "../apiserver/app.ts"
+import { kubeResources } from "../apiserver/resources.ts"
 import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
@@ -10,6 +12,7 @@ import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { Operator } from "../operator/operator.ts"
+import { driverRegistry } from "./drivers.ts"
 import { addFlags } from "./flags.ts"
 import { logStorePath, onShutdownSignal, operatorFlags, operatorSettings, startConfiguredOperator } from "./operator.ts"
 
@@ -17,10 +20,19 @@ export const serverFlags: readonly FlagSpec[] = [
   { name: "port", value: "PORT", defaultValue: "8080", description: "port to serve on; 0 takes a free one" },
   { name: "host", value: "HOST", defaultValue: "127.0.0.1", description: "address to serve on" },
   ...operatorFlags,
+  {
+    name: "max-queue-size",
+    value: "N",
+    defaultValue: "100",
+    description: "queued runs beyond which triggers answer 503",
+  },
+  { name: "max-body-mb", value: "MB", defaultValue: "10", description: "largest request body the API accepts" },
 ]
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
 const embeddedPrefix = "/k8s"
+/** The features `--allowed-features *` enables (interface.md); the flag itself comes later. */
+const defaultFeatures = ["webhooks", "secrets", "notifications", "fetch"]
 
 export function serverCommand(program: Command): void {
   const command = program
@@ -44,6 +56,8 @@ async function server(options: Record<string, unknown>): Promise<void> {
   const settings = operatorSettings(flags)
   const port = flags.port === "0" ? 0 : parsePositiveInt(flags.port as string, "port")
   const host = String(flags.host)
+  const maxQueueSize = parsePositiveInt(flags["max-queue-size"] as string, "max-queue-size")
+  const maxBodyBytes = parsePositiveInt(flags["max-body-mb"] as string, "max-body-mb") * 1024 * 1024
 
   const { inCluster } = hostEnvironment()
   const embedded =
@@ -51,8 +65,13 @@ async function server(options: Record<string, unknown>): Promise<void> {
       ? createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
       : undefined
   let draining = false
+  let api: ((req: IncomingMessage, res: ServerResponse) => void) | undefined
   const http = createServer((req, res) => {
     if (embedded?.handle(req, res)) return
+    if (api !== undefined && /^\/api(\/|\?|$)/.test(req.url ?? "")) {
+      api(req, res)
+      return
+    }
     route(req, res, draining)
   })
   let store: LogStore | undefined
@@ -84,6 +103,16 @@ async function server(options: Record<string, unknown>): Promise<void> {
       )
     store = await openSqliteLogStore(logStorePath(settings.storagePath))
     operator = await startConfiguredOperator(settings, kubeConfig, store)
+    api = createApiServer({
+      resources: kubeResources(kubeConfig, settings.namespace),
+      logs: store,
+      defaultDriver: settings.driver,
+      allowedDrivers: settings.allowedDrivers === "*" ? driverRegistry().names() : settings.allowedDrivers,
+      maxQueueSize,
+      features: defaultFeatures,
+      maxBodyBytes,
+      log: (message) => process.stderr.write(`runnel: api: ${message}\n`),
+    }).callback()
     process.stdout.write(`runnel: listening on http://${urlHost(host)}:${address.port}\n`)
   } catch (error) {
     await close(true).catch(() => {})
@@ -108,7 +137,7 @@ function route(req: IncomingMessage, res: ServerResponse, draining: boolean): vo
     return
   }
   send(res, 404, {
-    error: `no route for ${req.method} ${path}; this server answers /health and the Kubernetes API under ${embeddedPrefix}`,
+    error: `no route for ${req.method} ${path}; this server answers /health, the REST API under /api and the Kubernetes API under ${embeddedPrefix}`,
   })
 }
 

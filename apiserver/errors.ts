@@ -1,0 +1,72 @@
+import { ApiException } from "@kubernetes/client-node"
+import type { Middleware } from "koa"
+import { errorMessage, RunnelError } from "../lib/core/errors.ts"
+
+export type ErrorLog = (message: string) => void
+
+/**
+ * The one place that turns a failure into a response (STYLE.md section 4):
+ * a RunnelError with its status, a Kubernetes API error with the status that
+ * means the same to this API's client, anything else a 500 whose cause goes
+ * to the log, never to the client. A request no route answered is a JSON 404.
+ */
+export function errorRenderer(log: ErrorLog): Middleware {
+  return async (ctx, next) => {
+    try {
+      await next()
+      if (ctx.status === 404 && ctx.body == null) {
+        throw new RunnelError(
+          404,
+          "no_route",
+          `no route for ${ctx.method} ${ctx.path}; the API's routes are under /api/pipelines, /api/runs, /api/features and /api/drivers`,
+        )
+      }
+      if (ctx.status === 405 && ctx.body == null) {
+        throw new RunnelError(
+          405,
+          "method_not_allowed",
+          `${ctx.path} does not answer ${ctx.method}; it answers ${ctx.response.get("Allow")}`,
+        )
+      }
+    } catch (error) {
+      const { status, message } = responseOf(error, log)
+      ctx.status = status
+      ctx.body = { error: message }
+    }
+  }
+}
+
+function responseOf(error: unknown, log: ErrorLog): { status: number; message: string } {
+  if (error instanceof RunnelError) return { status: error.status, message: error.message }
+  if (error instanceof ApiException) return kubeResponse(error.code, kubeMessage(error))
+  const koaError = error as { status?: unknown; expose?: unknown; message?: unknown }
+  if (typeof koaError.status === "number" && koaError.status < 500 && koaError.expose === true) {
+    return { status: koaError.status, message: errorMessage(error) }
+  }
+  const code = (error as { code?: unknown }).code
+  if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "ETIMEDOUT") {
+    return { status: 503, message: `the Kubernetes API is unreachable: ${errorMessage(error)}; try again shortly` }
+  }
+  log(`internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
+  return { status: 500, message: "internal error; the server log has the details" }
+}
+
+/** What a Kubernetes API status means to a client of this API: its own mistakes keep their status. */
+function kubeResponse(status: number, message: string): { status: number; message: string } {
+  if (status === 400 || status === 422) return { status: 400, message }
+  if (status === 404 || status === 409 || status === 413) return { status, message }
+  return { status: 502, message: `the Kubernetes API answered ${status}: ${message}` }
+}
+
+/** The `message` of a Kubernetes Status body, else the exception's own text. */
+function kubeMessage(error: ApiException<unknown>): string {
+  const body = error.body
+  try {
+    const parsed: unknown = typeof body === "string" ? JSON.parse(body) : body
+    const message = (parsed as { message?: unknown } | null)?.message
+    if (typeof message === "string" && message !== "") return message
+  } catch {
+    // Not a Status: fall through.
+  }
+  return errorMessage(error)
+}

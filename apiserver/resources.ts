@@ -1,0 +1,123 @@
+import {
+  ApiException,
+  CustomObjectsApi,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+  PatchStrategy,
+  setHeaderOptions,
+} from "@kubernetes/client-node"
+import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
+
+/**
+ * The Pipeline and Run resources as the API server reads and writes them
+ * (crds/, contract.md section 7): only the fields it uses. The operator keeps
+ * its own view; the two meet only through the resources.
+ */
+export type PipelineSpec = {
+  content: string
+  contentType?: "ts" | "js" | "yaml"
+  driver?: string
+  driverConfig?: Record<string, unknown>
+  rbacExpression?: string
+  paused?: boolean
+  webhookSecretRef?: { name: string }
+}
+
+export type PipelineResource = KubernetesObject & { spec: PipelineSpec }
+
+export type RunTrigger = { type?: string; by?: string; args?: string[] }
+
+export type RunResource = KubernetesObject & {
+  spec: { pipelineRef: { name: string }; trigger?: RunTrigger; stop?: boolean }
+  status?: {
+    phase?: RunStatus
+    code?: number | null
+    message?: string
+    startedAt?: string | null
+    finishedAt?: string | null
+    tasks?: {
+      path: string
+      name: string
+      status: TaskStatus
+      code: number | null
+      startedAt: string | null
+      endedAt: string | null
+    }[]
+  }
+}
+
+/** The resource calls the routes make; each route asks only for the ones it uses. */
+export type Resources = {
+  listPipelines(): Promise<PipelineResource[]>
+  /** `undefined` when there is no Pipeline of that name. */
+  getPipeline(name: string): Promise<PipelineResource | undefined>
+  createPipeline(pipeline: PipelineResource): Promise<PipelineResource>
+  /** Replaces the whole object; its metadata.resourceVersion guards against a lost update (409). */
+  replacePipeline(pipeline: PipelineResource): Promise<PipelineResource>
+  patchPipeline(name: string, patch: Partial<PipelineResource>): Promise<PipelineResource | undefined>
+  /** `false` when it was already gone. Its Runs go with it (owner references). */
+  deletePipeline(name: string): Promise<boolean>
+  listRuns(): Promise<RunResource[]>
+  getRun(name: string): Promise<RunResource | undefined>
+  createRun(run: RunResource): Promise<RunResource>
+  patchRun(name: string, patch: Partial<RunResource>): Promise<RunResource | undefined>
+  deleteRun(name: string): Promise<boolean>
+}
+
+export const runnelApiVersion = "runnel.dev/v1alpha1"
+const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch)
+
+/** The resources of one namespace through client-node: the same against the embedded API and a cluster. */
+export function kubeResources(kubeConfig: KubeConfig, namespace: string): Resources {
+  const objects = kubeConfig.makeApiClient(CustomObjectsApi)
+  const where = (plural: "pipelines" | "runs") => ({ group: "runnel.dev", version: "v1alpha1", namespace, plural })
+  const list = async <T>(plural: "pipelines" | "runs"): Promise<T[]> =>
+    ((await objects.listNamespacedCustomObject(where(plural))) as KubernetesListObject<KubernetesObject & T>).items
+  return {
+    listPipelines: () => list<PipelineResource>("pipelines"),
+    getPipeline: (name) => ifGone(objects.getNamespacedCustomObject({ ...where("pipelines"), name })),
+    createPipeline: (body) => objects.createNamespacedCustomObject({ ...where("pipelines"), body }),
+    replacePipeline: (body) =>
+      objects.replaceNamespacedCustomObject({ ...where("pipelines"), name: body.metadata?.name ?? "", body }),
+    patchPipeline: (name, body) =>
+      ifGone(objects.patchNamespacedCustomObject({ ...where("pipelines"), name, body }, merge)),
+    deletePipeline: async (name) =>
+      (await ifGone(
+        objects.deleteNamespacedCustomObject({ ...where("pipelines"), name, propagationPolicy: "Background" }),
+      )) !== undefined,
+    listRuns: () => list<RunResource>("runs"),
+    getRun: (name) => ifGone(objects.getNamespacedCustomObject({ ...where("runs"), name })),
+    createRun: (body) => objects.createNamespacedCustomObject({ ...where("runs"), body }),
+    patchRun: (name, body) => ifGone(objects.patchNamespacedCustomObject({ ...where("runs"), name, body }, merge)),
+    deleteRun: async (name) =>
+      (await ifGone(
+        objects.deleteNamespacedCustomObject({ ...where("runs"), name, propagationPolicy: "Background" }),
+      )) !== undefined,
+  }
+}
+
+async function ifGone<T>(call: Promise<T>): Promise<T | undefined> {
+  try {
+    return await call
+  } catch (error) {
+    if (error instanceof ApiException && error.code === 404) return undefined
+    throw error
+  }
+}
+
+/**
+ * The Pipeline a path parameter names: contract.md section 4 lets `:name` and
+ * `:id` be either the name or the id (metadata.uid). `undefined` when neither matches.
+ */
+export async function findPipeline(
+  resources: Pick<Resources, "getPipeline" | "listPipelines">,
+  key: string,
+): Promise<PipelineResource | undefined> {
+  const byName = isResourceName(key) ? await resources.getPipeline(key) : undefined
+  if (byName !== undefined) return byName
+  return (await resources.listPipelines()).find((pipeline) => pipeline.metadata?.uid === key)
+}
+
+/** Kubernetes resource names (contract.md section 4). */
+export const isResourceName = (name: string) => name.length <= 63 && /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(name)

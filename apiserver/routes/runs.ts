@@ -1,0 +1,94 @@
+import Router from "@koa/router"
+import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import { runStatuses } from "../../lib/core/status.ts"
+import type { LogStore } from "../../lib/logs/log-store.ts"
+import { isResourceName, type Resources, type RunResource } from "../resources.ts"
+import { pageOf, paginate, queryString, runView } from "../views.ts"
+
+export type RunRoutesDeps = {
+  resources: Pick<Resources, "listRuns" | "getRun" | "patchRun" | "listPipelines">
+  logs: Pick<LogStore, "tasks" | "output">
+}
+
+const finalStatuses: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
+
+/** Runs over the Run resource, their tasks' output from the log store (contract.md sections 4 and 7). */
+export function runRoutes({ resources, logs }: RunRoutesDeps): Router {
+  const router = new Router()
+  const pipelineIds = async () =>
+    new Map((await resources.listPipelines()).map((p) => [p.metadata?.name ?? "", p.metadata?.uid ?? ""]))
+  const found = async (id: string) => {
+    // A key that cannot be a Run's name is not sent to the Kubernetes API at all.
+    const run = isResourceName(id) ? await resources.getRun(id) : undefined
+    if (run === undefined) throw notFound("run", id)
+    return run
+  }
+  const view = async (run: RunResource) => runView(run, await pipelineIds())
+
+  router.get("/api/runs", async (ctx) => {
+    const page = pageOf(ctx.query)
+    const status = queryString(ctx.query, "status")
+    if (status !== undefined && !(runStatuses as readonly string[]).includes(status)) {
+      throw badRequest(`?status=${status} is not a run status; known: ${runStatuses.join(", ")}`)
+    }
+    const pipeline = queryString(ctx.query, "pipeline_id")
+    const ids = await pipelineIds()
+    const runs = (await resources.listRuns())
+      .map((run) => runView(run, ids))
+      .filter((run) => status === undefined || run.status === status)
+      .filter((run) => pipeline === undefined || run.pipeline_id === pipeline || run.pipeline_name === pipeline)
+      .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id))
+    ctx.body = paginate(runs, page)
+  })
+
+  for (const path of ["/api/runs/:id", "/api/runs/:id/status"]) {
+    router.get(path, async (ctx) => {
+      ctx.body = await view(await found(ctx.params.id ?? ""))
+    })
+  }
+
+  router.get("/api/runs/:id/tasks", async (ctx) => {
+    const run = await found(ctx.params.id ?? "")
+    const id = run.metadata?.name ?? ""
+    const fromStatus = run.status?.tasks ?? []
+    const tasks =
+      fromStatus.length > 0
+        ? fromStatus
+        : logs.tasks(id).map(({ path, name, status, code, startedAt, endedAt }) => ({
+            path,
+            name,
+            status,
+            code,
+            startedAt,
+            endedAt,
+          }))
+    ctx.body = tasks.map((task) => ({
+      path: task.path,
+      name: task.name,
+      status: task.status,
+      code: task.code,
+      stdout: logs.output(id, task.path, "stdout"),
+      stderr: logs.output(id, task.path, "stderr"),
+      started_at: task.startedAt,
+      ended_at: task.endedAt,
+    }))
+  })
+
+  router.post("/api/runs/:id/stop", async (ctx) => {
+    const run = await found(ctx.params.id ?? "")
+    const id = run.metadata?.name ?? ""
+    const phase = run.status?.phase ?? "queued"
+    if (finalStatuses.has(phase)) {
+      throw new RunnelError(
+        409,
+        "finished",
+        `run "${id}" has already finished with status ${phase}; there is nothing to stop`,
+      )
+    }
+    const stopped = await resources.patchRun(id, { spec: { stop: true } } as Partial<RunResource>)
+    if (stopped === undefined) throw notFound("run", id)
+    ctx.body = await view(stopped)
+  })
+
+  return router
+}

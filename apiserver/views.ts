@@ -1,0 +1,101 @@
+import { parse as parseYaml } from "yaml"
+import { badRequest } from "../lib/core/errors.ts"
+import type { PipelineResource, PipelineSpec, RunResource } from "./resources.ts"
+
+/** Set on every write through this API: Kubernetes objects carry no update time of their own. */
+export const updatedAtAnnotation = "runnel.dev/updated-at"
+
+/** The pipeline object of contract.md section 4. The webhook secret itself is never in it. */
+export function pipelineView(pipeline: PipelineResource, defaultDriver: string) {
+  const { metadata = {}, spec } = pipeline
+  const created = String(metadata.creationTimestamp ?? "")
+  return {
+    id: metadata.uid ?? "",
+    name: metadata.name ?? "",
+    content: spec.content,
+    content_type: spec.contentType ?? inferContentType(spec.content),
+    driver: spec.driver ?? defaultDriver,
+    driver_config: spec.driverConfig ?? {},
+    rbac_expression: spec.rbacExpression ?? null,
+    has_webhook_secret: spec.webhookSecretRef !== undefined,
+    paused: spec.paused === true,
+    created_at: created,
+    updated_at: metadata.annotations?.[updatedAtAnnotation] ?? created,
+  }
+}
+
+/** The run object of contract.md section 4; `pipelineIds` maps pipeline names to ids. */
+export function runView(run: RunResource, pipelineIds: ReadonlyMap<string, string>) {
+  const { metadata = {}, spec, status = {} } = run
+  const created = String(metadata.creationTimestamp ?? "")
+  const owner = metadata.ownerReferences?.find((reference) => reference.kind === "Pipeline")
+  return {
+    id: metadata.name ?? "",
+    pipeline_id: pipelineIds.get(spec.pipelineRef.name) ?? owner?.uid ?? null,
+    pipeline_name: spec.pipelineRef.name,
+    status: status.phase ?? "queued",
+    code: status.code ?? null,
+    trigger_type: spec.trigger?.type ?? "manual",
+    triggered_by: spec.trigger?.by ?? null,
+    args: spec.trigger?.args ?? [],
+    error_message: status.message === undefined || status.message === "" ? null : status.message,
+    created_at: created,
+    updated_at: status.finishedAt ?? status.startedAt ?? created,
+    started_at: status.startedAt ?? null,
+    finished_at: status.finishedAt ?? null,
+  }
+}
+
+/**
+ * contract.md section 4: content that parses as a YAML mapping with a `jobs`
+ * list is yaml, anything else ts.
+ */
+export function inferContentType(content: string): NonNullable<PipelineSpec["contentType"]> {
+  try {
+    const parsed: unknown = parseYaml(content)
+    if (parsed !== null && typeof parsed === "object" && Array.isArray((parsed as { jobs?: unknown }).jobs)) {
+      return "yaml"
+    }
+  } catch {
+    // Not YAML at all: a script.
+  }
+  return "ts"
+}
+
+export type Page = { page: number; perPage: number }
+
+/** `?page=` (from 1) and `?per_page=` (1 to 100, default 20); anything else is a 400 saying so. */
+export function pageOf(query: Record<string, string | string[] | undefined>): Page {
+  const number = (name: string, fallback: number, max: number) => {
+    const text = query[name]
+    if (text === undefined) return fallback
+    const value = typeof text === "string" && /^\d+$/.test(text) ? Number(text) : Number.NaN
+    if (!Number.isSafeInteger(value) || value < 1 || value > max) {
+      throw badRequest(
+        `?${name}=${String(text)} is not valid; ${name} is a whole number from 1${max === Number.MAX_SAFE_INTEGER ? "" : ` to ${max}`}`,
+      )
+    }
+    return value
+  }
+  return { page: number("page", 1, Number.MAX_SAFE_INTEGER), perPage: number("per_page", 20, 100) }
+}
+
+/** The paginated envelope of contract.md section 4. */
+export function paginate<T>(items: readonly T[], { page, perPage }: Page) {
+  const totalPages = Math.ceil(items.length / perPage)
+  return {
+    items: items.slice((page - 1) * perPage, page * perPage),
+    page,
+    per_page: perPage,
+    total_items: items.length,
+    total_pages: totalPages,
+    has_next: page < totalPages,
+  }
+}
+
+/** A query parameter given once, as a string; a repeated one is a 400. */
+export function queryString(query: Record<string, string | string[] | undefined>, name: string): string | undefined {
+  const value = query[name]
+  if (Array.isArray(value)) throw badRequest(`?${name} is given ${value.length} times; give it once`)
+  return value
+}
