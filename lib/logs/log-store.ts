@@ -17,6 +17,15 @@ export interface LogStore {
   /** The whole stored output of one stream of one task; "" when there is none. */
   output(runId: string, path: string, stream: OutputStream): string
   /**
+   * The run's stored output after the chunk `afterId` (0: from the start), in
+   * the order it was stored, across tasks and streams: at most `limit` chunks
+   * (default 1000). A chunk's id is a cursor that only grows: a later read
+   * after the last id seen returns exactly what was stored since, never a
+   * chunk twice. Chunks may be joined or cut differently from the appends
+   * that made them, but each stream's text is the same.
+   */
+  readChunks(runId: string, afterId: number, limit?: number): StoredChunk[]
+  /**
    * Full-text search over stored output (FTS5 query syntax), newest first,
    * at most `limit` hits (default 20), each a chunk of output with a short
    * snippet around the match. The index is filled behind ingest, so output
@@ -28,6 +37,13 @@ export interface LogStore {
   flush(): Promise<void>
   /** Flushes and closes; idempotent. */
   close(): Promise<void>
+}
+
+export type StoredChunk = {
+  readonly id: number
+  readonly path: string
+  readonly stream: OutputStream
+  readonly text: string
 }
 
 export type SearchHit = {

@@ -128,6 +128,60 @@ for (const kind of ["file", ":memory:"] as const) {
       }
     })
 
+    it("reads a run's output after a cursor, in storage order across tasks, each chunk once", async () => {
+      const store = await openStore()
+      expect(store.readChunks("missing", 0)).toEqual([])
+      store.append("r1", "tasks/1/a", "stdout", "a1\n")
+      store.append("other", "tasks/1/a", "stdout", "not mine\n")
+      await nextTurn()
+      store.append("r1", "tasks/2/b", "stderr", "b1\n")
+      await nextTurn()
+      store.append("r1", "tasks/1/a", "stdout", "a2\n")
+      // Unsent appends are read too: a read sees every write made before it.
+      const first = store.readChunks("r1", 0)
+      expect(first.map(({ path, stream, text }) => [path, stream, text])).toEqual([
+        ["tasks/1/a", "stdout", "a1\n"],
+        ["tasks/2/b", "stderr", "b1\n"],
+        ["tasks/1/a", "stdout", "a2\n"],
+      ])
+      const ids = first.map((chunk) => chunk.id)
+      expect([...ids].sort((a, b) => a - b)).toEqual(ids)
+      expect(new Set(ids).size).toBe(3)
+      const cursor = ids[1] ?? 0
+      expect(store.readChunks("r1", cursor).map((chunk) => chunk.text)).toEqual(["a2\n"])
+      expect(store.readChunks("r1", ids[2] ?? 0)).toEqual([])
+      expect(store.readChunks("r1", 0, 2).map((chunk) => chunk.text)).toEqual(["a1\n", "b1\n"])
+      store.append("r1", "pipeline/console", "stdout", "later\n")
+      expect(store.readChunks("r1", ids[2] ?? 0).map((chunk) => chunk.text)).toEqual(["later\n"])
+    })
+
+    it("gives a follower reading by cursor all of a stream that is still being written, once", async () => {
+      const store = await openStore()
+      let cursor = 0
+      let read = ""
+      for (let i = 0; i < 2_000; i++) {
+        store.append("r1", "tasks/1/a", "stdout", `line ${i}\n`)
+        if (i % 7 === 0) await nextTurn()
+        if (i % 13 === 0) {
+          for (const chunk of store.readChunks("r1", cursor, 3)) {
+            read += chunk.text
+            cursor = chunk.id
+          }
+        }
+      }
+      for (
+        let chunks = store.readChunks("r1", cursor, 3);
+        chunks.length > 0;
+        chunks = store.readChunks("r1", cursor, 3)
+      ) {
+        for (const chunk of chunks) {
+          read += chunk.text
+          cursor = chunk.id
+        }
+      }
+      expect(read).toBe(Array.from({ length: 2_000 }, (_, i) => `line ${i}\n`).join(""))
+    })
+
     it("closes idempotently and refuses writes afterwards", async () => {
       const store = await openStore()
       store.append("r1", "tasks/1/build", "stdout", "text\n")
@@ -184,6 +238,29 @@ describe("SQLite log store file", () => {
     expect(one.tasks("from-two")).toEqual([task("from-two", "tasks/1/b")])
     expect(one.search("bravo", { limit: 1 }).map((hit) => hit.runId)).toEqual(["from-two"])
     expect(two.search("alpha", { limit: 1 }).map((hit) => hit.runId)).toEqual(["from-one"])
+  })
+
+  it("lets a second store on the file follow by cursor what the first commits", async () => {
+    const path = tempFile()
+    const [writer, reader] = await Promise.all([open(path), open(path)])
+    let cursor = 0
+    let read = ""
+    const follow = () => {
+      for (const chunk of reader.readChunks("r1", cursor)) {
+        read += chunk.text
+        cursor = chunk.id
+      }
+    }
+    for (let i = 0; i < 500; i++) {
+      writer.append("r1", i % 2 === 0 ? "tasks/1/a" : "tasks/2/b", "stdout", `line ${i}\n`)
+      if (i % 10 === 0) {
+        await nextTurn()
+        follow()
+      }
+    }
+    await writer.flush()
+    follow()
+    expect(read).toBe(Array.from({ length: 500 }, (_, i) => `line ${i}\n`).join(""))
   })
 
   it("indexes output that an earlier process stored but did not index", async () => {

@@ -18,6 +18,7 @@ function recordingStore() {
         .filter((entry) => entry.stream === stream)
         .map((entry) => entry.text)
         .join(""),
+    readChunks: () => [],
     search: () => [],
     flush: async () => {},
     close: async () => {},

@@ -1,0 +1,52 @@
+import { randomBytes } from "node:crypto"
+import { notFound, RunnelError } from "../lib/core/errors.ts"
+import { findPipeline, type Resources, type RunResource, runnelApiVersion } from "./resources.ts"
+
+export type NewRunDeps = {
+  resources: Pick<Resources, "getPipeline" | "listPipelines" | "listRuns" | "createRun">
+  /** Queued Runs beyond which a new run answers 503. */
+  maxQueueSize: number
+}
+
+/**
+ * Creates a `queued` Run of the pipeline `key` names (its name or id), as
+ * POST /api/pipelines/:id/trigger does: 404 for an unknown pipeline, 409 when
+ * it is paused, 503 when the queue is full, all before anything is created.
+ */
+export async function createRun(
+  { resources, maxQueueSize }: NewRunDeps,
+  key: string,
+  trigger: { type: string; args: string[] },
+): Promise<RunResource> {
+  const pipeline = await findPipeline(resources, key)
+  if (pipeline === undefined) throw notFound("pipeline", key)
+  const name = pipeline.metadata?.name ?? ""
+  if (pipeline.spec.paused === true) {
+    throw new RunnelError(
+      409,
+      "paused",
+      `pipeline "${name}" is paused; unpause it with POST /api/pipelines/${name}/unpause`,
+    )
+  }
+  const queued = (await resources.listRuns()).filter((run) => (run.status?.phase ?? "queued") === "queued").length
+  if (queued >= maxQueueSize) {
+    throw new RunnelError(
+      503,
+      "queue_full",
+      `the run queue is full (${queued} queued runs, --max-queue-size ${maxQueueSize}); try again once runs have started`,
+    )
+  }
+  return resources.createRun({
+    apiVersion: runnelApiVersion,
+    kind: "Run",
+    metadata: {
+      name: newRunId(),
+      labels: { "runnel.dev/pipeline": name },
+      ownerReferences: [{ apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" }],
+    },
+    spec: { pipelineRef: { name }, trigger: { type: trigger.type, by: "anonymous", args: trigger.args } },
+  })
+}
+
+/** Sortable by creation (time first), unique without coordination. */
+export const newRunId = () => `run-${Date.now().toString(36)}-${randomBytes(4).toString("hex")}`

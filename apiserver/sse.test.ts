@@ -1,0 +1,69 @@
+import { once } from "node:events"
+import { createServer, type Server } from "node:http"
+import type { AddressInfo } from "node:net"
+import { connect } from "node:net"
+import { afterEach, describe, expect, it } from "vitest"
+import { openSse, type SseWriter } from "./sse.ts"
+
+let server: Server | undefined
+afterEach(() => {
+  server?.closeAllConnections()
+  server?.close()
+})
+
+/** A server whose one stream is handed to the test; the client is a raw socket that reads only when told. */
+async function serve(heartbeat: number): Promise<{ port: number; writer: Promise<SseWriter> }> {
+  let handed: (writer: SseWriter) => void = () => {}
+  const writer = new Promise<SseWriter>((resolve) => {
+    handed = resolve
+  })
+  server = createServer((_req, res) => handed(openSse(res, { heartbeat })))
+  server.listen(0, "127.0.0.1")
+  await once(server, "listening")
+  return { port: (server.address() as AddressInfo).port, writer }
+}
+
+describe("SSE writer", () => {
+  it("writes one data line per event with its id, and heartbeat comments", async () => {
+    const { port, writer } = await serve(20)
+    const socket = connect(port, "127.0.0.1")
+    socket.write("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    let text = ""
+    socket.setEncoding("utf8").on("data", (chunk: string) => {
+      text += chunk
+    })
+    const sse = await writer
+    await sse.send({ stream: "stdout", data: "two\nlines\n" }, 7)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    sse.end()
+    await once(socket, "end")
+    expect(text).toMatch(/content-type: text\/event-stream/i)
+    expect(text).toContain('id: 7\ndata: {"stream":"stdout","data":"two\\nlines\\n"}\n\n')
+    expect(text).toContain(": heartbeat\n\n")
+  })
+
+  it("waits for a client that does not read, and stops waiting when it leaves", async () => {
+    const { port, writer } = await serve(60_000)
+    const socket = connect(port, "127.0.0.1")
+    socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    socket.pause()
+    const sse = await writer
+    const event = { stream: "stdout", data: "x".repeat(64 * 1024) }
+    let sent = 0
+    let blocked = false
+    while (!blocked && sent < 10_000) {
+      const write = sse.send(event, sent)
+      const done = await Promise.race([write.then(() => true), new Promise((r) => setTimeout(() => r(false), 50))])
+      sent++
+      if (!done) {
+        blocked = true
+        expect(sse.signal.aborted).toBe(false)
+        socket.destroy()
+        await write // resolves once the client is gone
+        expect(sse.signal.aborted).toBe(true)
+      }
+    }
+    expect(blocked).toBe(true)
+    expect(sent).toBeLessThan(1_000) // bounded by socket buffers, not by the number of events
+  })
+})

@@ -1,0 +1,271 @@
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { runnelBin } from "./cli.ts"
+
+// Streamed run output (GET /api/runs/:id/events, POST /api/pipelines/:name/run) of `runnel server`
+// in its own process on a temp database, read over HTTP as a page or the CLI would.
+const dir = mkdtempSync(join(tmpdir(), "runnel-events-test-"))
+const started = new Set<ChildProcess>()
+afterAll(() => {
+  for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
+  rmSync(dir, { recursive: true, force: true })
+})
+
+let servers = 0
+async function startServer(args: readonly string[] = []): Promise<string> {
+  const cwd = mkdtempSync(join(dir, `server-${++servers}-`))
+  const child = spawn(
+    runnelBin,
+    ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(cwd, "runnel.db"), ...args],
+    { cwd, stdio: ["ignore", "pipe", "pipe"] },
+  )
+  started.add(child)
+  let stdout = ""
+  let stderr = ""
+  return new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no listening line within 20 s; stderr: ${stderr}`)), 20_000)
+    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
+      stdout += text
+      const match = /listening on (http:\/\/\S+)/.exec(stdout)
+      if (match?.[1] !== undefined) {
+        clearTimeout(timer)
+        resolve(match[1])
+      }
+    })
+    child.stderr?.setEncoding("utf8").on("data", (text: string) => {
+      stderr += text
+    })
+    child.on("exit", (code) => reject(new Error(`runnel server exited (${code}) before listening: ${stderr}`)))
+  })
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: events and answers are compared field by field.
+type Json = any
+type Event = { id: number | undefined; data: Json }
+
+async function json(base: string, method: string, path: string, body?: unknown) {
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await response.text()
+  return { status: response.status, type: response.headers.get("content-type"), body: text ? JSON.parse(text) : {} }
+}
+
+/** Reads an event stream to its end (or until `stopAfter` events, then leaves); heartbeats are skipped. */
+async function readEvents(response: Response, stopAfter = Number.POSITIVE_INFINITY): Promise<Event[]> {
+  expect(response.status).toBe(200)
+  expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/)
+  const reader = response.body?.pipeThrough(new TextDecoderStream()).getReader()
+  if (reader === undefined) throw new Error("no body")
+  const events: Event[] = []
+  let buffer = ""
+  for (;;) {
+    const { value, done } = await reader.read()
+    if (done) return events
+    buffer += value
+    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+      const frame = buffer.slice(0, end)
+      buffer = buffer.slice(end + 2)
+      let id: number | undefined
+      let data: string | undefined
+      for (const line of frame.split("\n")) {
+        if (line.startsWith("id: ")) id = Number(line.slice(4))
+        else if (line.startsWith("data: ")) data = line.slice(6)
+      }
+      if (data === undefined) continue
+      events.push({ id, data: JSON.parse(data) })
+      if (events.length >= stopAfter) {
+        await reader.cancel()
+        return events
+      }
+    }
+  }
+}
+
+const script = (shell: string, env?: Record<string, string>) =>
+  `export const pipeline = async () => {\n  await runtime.run({ name: "step", image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] }${env === undefined ? "" : `, env: ${JSON.stringify(env)}`} })\n}\n`
+
+const numbered = (n: number) => Array.from({ length: n }, (_, i) => `line ${i + 1}\n`).join("")
+const stdoutOf = (events: Event[]) =>
+  events
+    .filter((event) => event.data.stream === "stdout")
+    .map((event) => event.data.data)
+    .join("")
+
+async function until<T>(read: () => Promise<T>, holds: (value: T) => boolean, what: string): Promise<T> {
+  const deadline = Date.now() + 30_000
+  for (;;) {
+    const value = await read()
+    if (holds(value)) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}; last: ${JSON.stringify(value)}`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+/** Output events carry increasing ids; the stream ends with exactly one exit event, last. */
+function expectWellFormed(events: Event[], runId: string): Json {
+  const output = events.filter((event) => event.data.stream !== undefined)
+  const ids = output.map((event) => event.id ?? 0)
+  for (let i = 1; i < ids.length; i++) expect(ids[i]).toBeGreaterThan(ids[i - 1] ?? 0)
+  expect(events.filter((event) => event.data.event === "exit")).toHaveLength(1)
+  const exit = events.at(-1)?.data
+  expect(exit).toMatchObject({ event: "exit", run_id: runId })
+  return exit
+}
+
+describe("run events over SSE", () => {
+  let base = ""
+  beforeAll(async () => {
+    base = await startServer()
+    const put = async (name: string, content: string) =>
+      expect((await json(base, "PUT", `/api/pipelines/${name}`, { content })).status).toBe(201)
+    await put("numbered", script("for i in $(seq 1 200); do echo line $i; sleep 0.01; done"))
+    await put("quick", script("echo hello; echo to-stderr >&2"))
+    await put(
+      "failing",
+      script("echo about to fail; exit 3").replace(/\}\n$/, '  throw new Error("the step failed")\n}\n'),
+    )
+    await put("secretive", script("echo never", { TOKEN: "secret:MISSING_TOKEN" }))
+    await put("slow", script("for i in $(seq 1 40); do echo line $i; sleep 0.05; done"))
+  }, 30_000)
+
+  it("attached mid-run, gives every output line once and in order, then the exit event; Last-Event-ID resumes", async () => {
+    const { body } = await json(base, "POST", "/api/pipelines/numbered/trigger", {})
+    const runId: string = body.run_id
+    // Attach once some output is stored and the run is still going.
+    await until(
+      () => json(base, "GET", `/api/runs/${runId}/tasks`),
+      (answer) => /line 20\n/.test(answer.body[0]?.stdout ?? ""),
+      "the run has printed 20 lines",
+    )
+    const attachedAt = Date.now()
+    const events = await readEvents(await fetch(`${base}/api/runs/${runId}/events`))
+    const exit = expectWellFormed(events, runId)
+    expect(exit.code).toBe(0)
+    expect(stdoutOf(events)).toBe(numbered(200))
+    expect(Date.now() - attachedAt).toBeGreaterThan(500) // it followed live output, not only the stored history
+    expect((await json(base, "GET", `/api/runs/${runId}`)).body.status).toBe("success")
+
+    const output = events.filter((event) => event.data.stream !== undefined)
+    expect(output.length).toBeGreaterThan(2)
+    const cut = Math.floor(output.length / 2)
+    const resumed = await readEvents(
+      await fetch(`${base}/api/runs/${runId}/events`, { headers: { "Last-Event-ID": String(output[cut - 1]?.id) } }),
+    )
+    expectWellFormed(resumed, runId)
+    expect(resumed.slice(0, -1)).toEqual(output.slice(cut))
+
+    // After the run, a reader is served from storage: the same events.
+    expect(await readEvents(await fetch(`${base}/api/runs/${runId}/events`))).toEqual(events)
+  }, 60_000)
+
+  it("POST /api/pipelines/:name/run creates a run and streams its stdout and stderr to exit code 0", async () => {
+    const events = await readEvents(await fetch(`${base}/api/pipelines/quick/run`, { method: "POST" }))
+    const runId = events.at(-1)?.data.run_id
+    expect(expectWellFormed(events, runId).code).toBe(0)
+    expect(stdoutOf(events)).toBe("hello\n")
+    expect(events.filter((event) => event.data.stream === "stderr").map((event) => event.data.data)).toEqual([
+      "to-stderr\n",
+    ])
+    const run = (await json(base, "GET", `/api/runs/${runId}`)).body
+    expect(run).toMatchObject({ status: "success", trigger_type: "manual", pipeline_name: "quick" })
+
+    const withArgs = await readEvents(
+      await fetch(`${base}/api/pipelines/quick/run`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ args: ["a", "b"] }),
+      }),
+    )
+    const argsRun = (await json(base, "GET", `/api/runs/${withArgs.at(-1)?.data.run_id}`)).body
+    expect(argsRun).toMatchObject({ status: "success", trigger_type: "args", args: ["a", "b"] })
+  }, 30_000)
+
+  it("ends a failing run with its non-zero exit code and no error event", async () => {
+    const events = await readEvents(await fetch(`${base}/api/pipelines/failing/run`, { method: "POST" }))
+    const exit = expectWellFormed(events, events.at(-1)?.data.run_id)
+    expect(exit.code).not.toBe(0)
+    expect(stdoutOf(events)).toBe("about to fail\n")
+    expect(events.some((event) => event.data.event === "error")).toBe(false)
+  }, 30_000)
+
+  it("sends an error event naming the missing secret just before the exit of an error run", async () => {
+    const events = await readEvents(await fetch(`${base}/api/pipelines/secretive/run`, { method: "POST" }))
+    const exit = expectWellFormed(events, events.at(-1)?.data.run_id)
+    expect(exit.code).not.toBe(0)
+    const error = events.at(-2)?.data
+    expect(error).toMatchObject({ event: "error" })
+    expect(error.message).toMatch(/MISSING_TOKEN/)
+    expect(events.filter((event) => event.data.event === "error")).toHaveLength(1)
+  }, 30_000)
+
+  it("lets a client leave without stopping the run", async () => {
+    const first = await readEvents(await fetch(`${base}/api/pipelines/slow/run`, { method: "POST" }), 1)
+    expect(first[0]?.data.stream).toBe("stdout")
+    const runs = (await json(base, "GET", "/api/runs?pipeline_id=slow")).body.items
+    expect(runs).toHaveLength(1)
+    const runId = runs[0].id
+    const done = await until(
+      () => json(base, "GET", `/api/runs/${runId}`),
+      (answer) => answer.body.status !== "running" && answer.body.status !== "queued",
+      "the run has finished",
+    )
+    expect(done.body.status).toBe("success")
+    const tasks = (await json(base, "GET", `/api/runs/${runId}/tasks`)).body
+    expect(tasks[0].stdout).toBe(numbered(40))
+  }, 30_000)
+
+  it("answers JSON errors before any stream starts", async () => {
+    const cases: [string, string, unknown, Record<string, string>, number, RegExp][] = [
+      ["GET", "/api/runs/run-nope/events", undefined, {}, 404, /run "run-nope" not found/],
+      ["GET", "/api/runs/NOT_A_NAME/events", undefined, {}, 404, /not found/],
+      ["POST", "/api/pipelines/nope/run", undefined, {}, 404, /pipeline "nope" not found/],
+      ["POST", "/api/pipelines/quick/run", { args: "x" }, {}, 400, /"args" must be an array of strings/],
+      ["POST", "/api/pipelines/quick/run", { mode: "manual" }, {}, 400, /mode/],
+    ]
+    for (const [method, path, body, headers, status, error] of cases) {
+      const answer = await fetch(`${base}${path}`, {
+        method,
+        headers: { ...headers, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      })
+      expect([path, answer.status]).toEqual([path, status])
+      expect(answer.headers.get("content-type")).toMatch(/json/)
+      expect(((await answer.json()) as Json).error).toMatch(error)
+    }
+    const run = (await json(base, "GET", "/api/runs?pipeline_id=quick")).body.items[0].id
+    const badId = await fetch(`${base}/api/runs/${run}/events`, { headers: { "Last-Event-ID": "abc" } })
+    expect(badId.status).toBe(400)
+    expect(((await badId.json()) as Json).error).toMatch(/Last-Event-ID/)
+
+    expect((await json(base, "POST", "/api/pipelines/quick/pause")).status).toBe(200)
+    const paused = await json(base, "POST", "/api/pipelines/quick/run")
+    expect(paused.status).toBe(409)
+    expect(paused.body.error).toMatch(/paused/)
+    expect((await json(base, "POST", "/api/pipelines/quick/unpause")).status).toBe(200)
+  }, 30_000)
+})
+
+describe("POST /api/pipelines/:name/run with a full queue", () => {
+  it("answers 503 as JSON and creates nothing", async () => {
+    const base = await startServer(["--max-in-flight", "1", "--max-queue-size", "1"])
+    const content = script("sleep 1; echo done")
+    expect((await json(base, "PUT", "/api/pipelines/busy", { content })).status).toBe(201)
+    const first = (await json(base, "POST", "/api/pipelines/busy/trigger", {})).body.run_id
+    await until(
+      () => json(base, "GET", `/api/runs/${first}`),
+      (answer) => answer.body.status === "running",
+      "the first run is running",
+    )
+    expect((await json(base, "POST", "/api/pipelines/busy/trigger", {})).status).toBe(202)
+    const full = await json(base, "POST", "/api/pipelines/busy/run")
+    expect(full.status).toBe(503)
+    expect(full.body.error).toMatch(/queue is full/)
+    expect((await json(base, "GET", "/api/runs?pipeline_id=busy")).body.total_items).toBe(2)
+  }, 30_000)
+})
