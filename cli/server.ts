@@ -5,6 +5,7 @@ import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
 import { createApiServer } from "../apiserver/app.ts"
 import { kubeResources } from "../apiserver/resources.ts"
+import { parseFeatures } from "../lib/config/features.ts"
 import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
@@ -27,12 +28,17 @@ export const serverFlags: readonly FlagSpec[] = [
     description: "queued runs beyond which triggers answer 503",
   },
   { name: "max-body-mb", value: "MB", defaultValue: "10", description: "largest request body the API accepts" },
+  {
+    name: "allowed-features",
+    value: "LIST",
+    defaultValue: "*",
+    description:
+      "enabled features, comma-separated: webhooks, secrets, notifications, fetch, schedules, gates; * is the first four",
+  },
 ]
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
 const embeddedPrefix = "/k8s"
-/** The features `--allowed-features *` enables (interface.md); the flag itself comes later. */
-const defaultFeatures = ["webhooks", "secrets", "notifications", "fetch"]
 
 export function serverCommand(program: Command): void {
   const command = program
@@ -58,6 +64,7 @@ async function server(options: Record<string, unknown>): Promise<void> {
   const host = String(flags.host)
   const maxQueueSize = parsePositiveInt(flags["max-queue-size"] as string, "max-queue-size")
   const maxBodyBytes = parsePositiveInt(flags["max-body-mb"] as string, "max-body-mb") * 1024 * 1024
+  const features = parseFeatures(String(flags["allowed-features"]))
 
   const { inCluster } = hostEnvironment()
   const embedded =
@@ -109,9 +116,14 @@ async function server(options: Record<string, unknown>): Promise<void> {
       defaultDriver: settings.driver,
       allowedDrivers: settings.allowedDrivers === "*" ? driverRegistry().names() : settings.allowedDrivers,
       maxQueueSize,
-      features: defaultFeatures,
+      features,
       maxBodyBytes,
       log: (message) => process.stderr.write(`runnel: api: ${message}\n`),
+      // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
+      audit: ({ event, ...fields }) =>
+        process.stdout.write(
+          `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
+        ),
     }).callback()
     process.stdout.write(`runnel: listening on http://${urlHost(host)}:${address.port}\n`)
   } catch (error) {

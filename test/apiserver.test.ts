@@ -165,7 +165,10 @@ describe("the REST API of runnel server", () => {
     expect(
       (await api("PUT", "/api/pipelines/yaml-two", { content: "a: 1\n", content_type: "yml" })).body.content_type,
     ).toBe("yaml")
-    expect((await api("PUT", "/api/pipelines/not-yaml", { content: "a: 1\n" })).body.content_type).toBe("ts")
+    // A mapping without jobs is a script, so it is compiled, and refused for lack of a pipeline export.
+    const notYaml = await api("PUT", "/api/pipelines/not-yaml", { content: "a: 1\n" })
+    expect(notYaml.status).toBe(400)
+    expect(notYaml.body.error).toContain("not-yaml.ts does not export a pipeline function")
   })
 
   it("creates with POST (201) and refuses an existing name with 409", async () => {
@@ -178,7 +181,8 @@ describe("the REST API of runnel server", () => {
   })
 
   it("lists pipelines in pages", async () => {
-    for (const name of ["page-a", "page-b", "page-c"]) await api("PUT", `/api/pipelines/${name}`, { content: "x" })
+    for (const name of ["page-a", "page-b", "page-c"])
+      await api("PUT", `/api/pipelines/${name}`, { content: script("true") })
     const all = await api("GET", "/api/pipelines?per_page=100")
     const total = all.body.total_items
     expect(total).toBeGreaterThanOrEqual(3)

@@ -1,7 +1,9 @@
-import { randomBytes } from "node:crypto"
 import Router from "@koa/router"
 import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import { scriptProblem } from "../../lib/script/pipeline-check.ts"
+import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
+import { createRun } from "../new-run.ts"
 import {
   findPipeline,
   isResourceName,
@@ -31,6 +33,8 @@ export type PipelineRoutesDeps = {
   allowedDrivers: readonly string[]
   /** Queued Runs beyond which a trigger answers 503. */
   maxQueueSize: number
+  /** Receives one entry per change a request makes to a pipeline. */
+  audit: AuditLog
 }
 
 const pipelineFields = [
@@ -45,8 +49,33 @@ const pipelineFields = [
 const triggerModes = ["manual", "args", "webhook"]
 
 /** Pipelines over the Pipeline resource, and triggers that create Runs (contract.md sections 4 and 7). */
-export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQueueSize }: PipelineRoutesDeps): Router {
+export function pipelineRoutes({
+  resources,
+  defaultDriver,
+  allowedDrivers,
+  maxQueueSize,
+  audit,
+}: PipelineRoutesDeps): Router {
   const router = new Router()
+  const record = (
+    event: AuditEvent,
+    pipeline: PipelineResource,
+    extra: { old?: string | null; new?: string | null } = {},
+  ) =>
+    audit({
+      event,
+      pipeline: pipeline.metadata?.name ?? "",
+      pipeline_id: pipeline.metadata?.uid ?? "",
+      actor: anonymousActor,
+      ...extra,
+    })
+  /** pipeline.upsert, and pipeline.rbac.update when the expression changed (old and new). */
+  const recordUpsert = (stored: PipelineResource, previous?: PipelineSpec) => {
+    record("pipeline.upsert", stored)
+    const before = previous?.rbacExpression ?? null
+    const after = stored.spec.rbacExpression ?? null
+    if (before !== after) record("pipeline.rbac.update", stored, { old: before, new: after })
+  }
   const view = (pipeline: PipelineResource) => pipelineView(pipeline, defaultDriver)
   const found = async (key: string) => {
     const pipeline = await findPipeline(resources, key)
@@ -55,7 +84,11 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
   }
 
   /** The spec a PUT or POST body describes; what the body cannot set (paused, the secret's reference) is kept. */
-  const specOf = (body: Record<string, unknown>, previous?: PipelineSpec): PipelineSpec => {
+  const specOf = async (
+    name: string,
+    body: Record<string, unknown>,
+    previous?: PipelineSpec,
+  ): Promise<PipelineSpec> => {
     if (body.webhook_secret !== undefined && body.webhook_secret !== null) {
       throw badRequest(
         "webhook_secret is not stored by this version of runnel yet (webhooks arrive later); store the pipeline without it",
@@ -86,6 +119,11 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
     if (rbac !== undefined && rbac !== null && rbac !== "") {
       if (typeof rbac !== "string") throw badRequest('"rbac_expression" must be a string (a CEL expression)')
       spec.rbacExpression = rbac
+    }
+    if (spec.contentType !== "yaml") {
+      // Refused at store time with the compiler's message, so a broken script never reaches a run.
+      const problem = await scriptProblem(name, spec.contentType ?? "ts", content)
+      if (problem !== undefined) throw badRequest(problem)
     }
     if (previous?.paused === true) spec.paused = true
     if (previous?.webhookSecretRef !== undefined) spec.webhookSecretRef = previous.webhookSecretRef
@@ -124,21 +162,38 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
     const existing = await findPipeline(resources, key)
     if (existing === undefined) {
       checkName(key)
+      const created = await create(key, await specOf(key, body))
+      recordUpsert(created)
       ctx.status = 201
-      ctx.body = view(await create(key, specOf(body)))
+      ctx.body = view(created)
       return
     }
-    const metadata = existing.metadata ?? {}
-    ctx.body = view(
-      await resources.replacePipeline({
-        ...existing,
-        metadata: {
-          ...metadata,
-          annotations: { ...metadata.annotations, [updatedAtAnnotation]: new Date().toISOString() },
-        },
-        spec: specOf(body, existing.spec),
-      }),
-    )
+    const name = existing.metadata?.name ?? key
+    const spec = await specOf(name, body, existing.spec)
+    // The operator writes the Pipeline's status between our read and our write; a stale
+    // resourceVersion (409) is read again and retried a few times before it reaches the client.
+    let current = existing
+    let replaced: PipelineResource | undefined
+    for (let attempt = 1; replaced === undefined; attempt++) {
+      const metadata = current.metadata ?? {}
+      try {
+        replaced = await resources.replacePipeline({
+          ...current,
+          metadata: {
+            ...metadata,
+            annotations: { ...metadata.annotations, [updatedAtAnnotation]: new Date().toISOString() },
+          },
+          spec: { ...spec, paused: current.spec.paused, webhookSecretRef: current.spec.webhookSecretRef },
+        })
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== 409 || attempt >= 5) throw error
+        const again = await resources.getPipeline(name)
+        if (again === undefined) throw notFound("pipeline", name)
+        current = again
+      }
+    }
+    recordUpsert(replaced, existing.spec)
+    ctx.body = view(replaced)
   })
 
   router.post("/api/pipelines", async (ctx) => {
@@ -149,7 +204,7 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
       throw badRequest('"name" is required: the pipeline\'s name, for example "build-and-test"')
     }
     checkName(name)
-    const spec = specOf(rest)
+    const spec = await specOf(name, rest)
     if ((await resources.getPipeline(name)) !== undefined) {
       throw new RunnelError(
         409,
@@ -157,8 +212,10 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
         `pipeline "${name}" already exists; update it with PUT /api/pipelines/${name}`,
       )
     }
+    const created = await create(name, spec)
+    recordUpsert(created)
     ctx.status = 201
-    ctx.body = view(await create(name, spec))
+    ctx.body = view(created)
   })
 
   router.get("/api/pipelines/:name", async (ctx) => {
@@ -169,6 +226,7 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
     const pipeline = await found(ctx.params.name ?? "")
     const name = pipeline.metadata?.name ?? ""
     await resources.deletePipeline(name)
+    record("pipeline.delete", pipeline)
     // Runs the API created are owned by the Pipeline; Runs created with kubectl may not be.
     const runs = (await resources.listRuns()).filter((run) => run.spec.pipelineRef.name === name)
     await Promise.all(runs.map((run) => resources.deleteRun(run.metadata?.name ?? "")))
@@ -187,6 +245,7 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
         spec: { paused } as PipelineSpec,
       })
       if (patched === undefined) throw notFound("pipeline", name)
+      record(paused ? "pipeline.paused" : "pipeline.unpaused", patched)
       ctx.body = view(patched)
     })
   }
@@ -202,16 +261,9 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
     if (!Array.isArray(args) || args.some((arg) => typeof arg !== "string")) {
       throw badRequest('"args" must be an array of strings, for example ["--fast", "main"]')
     }
-    const pipeline = await found(ctx.params.id ?? "")
-    const name = pipeline.metadata?.name ?? ""
-    if (pipeline.spec.paused === true) {
-      throw new RunnelError(
-        409,
-        "paused",
-        `pipeline "${name}" is paused; unpause it with POST /api/pipelines/${name}/unpause`,
-      )
-    }
     if (mode === "webhook") {
+      const pipeline = await found(ctx.params.id ?? "")
+      const name = pipeline.metadata?.name ?? ""
       if (pipeline.spec.webhookSecretRef === undefined) {
         throw new RunnelError(
           403,
@@ -225,24 +277,7 @@ export function pipelineRoutes({ resources, defaultDriver, allowedDrivers, maxQu
         "webhook-mode triggers arrive with runnel's webhooks; use mode manual or args",
       )
     }
-    const queued = (await resources.listRuns()).filter((run) => (run.status?.phase ?? "queued") === "queued").length
-    if (queued >= maxQueueSize) {
-      throw new RunnelError(
-        503,
-        "queue_full",
-        `the run queue is full (${queued} queued runs, --max-queue-size ${maxQueueSize}); try again once runs have started`,
-      )
-    }
-    const run = await resources.createRun({
-      apiVersion: runnelApiVersion,
-      kind: "Run",
-      metadata: {
-        name: newRunId(),
-        labels: { "runnel.dev/pipeline": name },
-        ownerReferences: [{ apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" }],
-      },
-      spec: { pipelineRef: { name }, trigger: { type: mode, by: "anonymous", args } },
-    })
+    const run = await createRun({ resources, maxQueueSize }, ctx.params.id ?? "", { type: mode, args })
     ctx.status = 202
     ctx.body = { run_id: run.metadata?.name }
   })
@@ -264,6 +299,3 @@ function contentTypeOf(given: unknown, content: string): NonNullable<PipelineSpe
   if (given === "yml") return "yaml"
   throw badRequest(`"content_type" ${JSON.stringify(given)} is not known; use ts, js or yaml (yml)`)
 }
-
-/** Sortable by creation (time first), unique without coordination. */
-const newRunId = () => `run-${Date.now().toString(36)}-${randomBytes(4).toString("hex")}`

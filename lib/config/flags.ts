@@ -8,6 +8,8 @@ import { badRequest } from "../core/errors.ts"
 export type FlagSpec = {
   /** Long name without dashes, for example "pipeline-timeout". */
   readonly name: string
+  /** One-letter alias without the dash, for example "s" for `-s`. */
+  readonly short?: string
   readonly description: string
   /** Placeholder in --help, for example "DURATION"; absent for booleans. */
   readonly value?: string

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { SystemError } from "../../../lib/core/errors.ts"
-import { compileScript } from "./compile.ts"
+import { compileScript } from "../../../lib/script/compile.ts"
 import { runInSandbox, ScriptFailure, type ScriptHost } from "./sandbox.ts"
 
 const limits = { memoryMb: 64, timeoutMs: 5000 }

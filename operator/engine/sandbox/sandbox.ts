@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs"
 import ivm from "isolated-vm"
 import { errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import type { OutputStream } from "../../../lib/core/run.ts"
-import { type CompiledScript, originalPosition } from "./compile.ts"
+import { type CompiledScript, originalPosition } from "../../../lib/script/compile.ts"
 
 const prelude = readFileSync(new URL("./prelude.js", import.meta.url), "utf8")
 

@@ -1,7 +1,7 @@
 import { SourceMap } from "node:module"
 import { extname } from "node:path"
 import { type Loader, type Message, transform } from "esbuild"
-import { SystemError } from "../../../lib/core/errors.ts"
+import { SystemError } from "../core/errors.ts"
 
 /** A pipeline script turned into CommonJS for the sandbox, with the map back to the user's lines. */
 export type CompiledScript = {

@@ -1,0 +1,26 @@
+/** The audit events of interface.md (Authentication: audit log). */
+export type AuditEvent =
+  | "pipeline.upsert"
+  | "pipeline.delete"
+  | "pipeline.paused"
+  | "pipeline.unpaused"
+  | "pipeline.rbac.update"
+
+/**
+ * One audit entry: who changed which pipeline. `actor` is `<provider>:<user>`,
+ * or `anonymous` in open access. `pipeline.rbac.update` adds `old` and `new`.
+ */
+export type AuditEntry = {
+  readonly event: AuditEvent
+  readonly pipeline: string
+  readonly pipeline_id: string
+  readonly actor: string
+  readonly old?: string | null
+  readonly new?: string | null
+}
+
+/** Where audit entries go; `runnel server` writes each as one JSON line on stdout (docs/decisions.md). */
+export type AuditLog = (entry: AuditEntry) => void
+
+/** The actor of a request while the server has no authentication (the auth issue fills in users). */
+export const anonymousActor = "anonymous"

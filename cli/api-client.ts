@@ -1,0 +1,133 @@
+import type { FlagSpec, FlagValues } from "../lib/config/flags.ts"
+import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
+
+/** The flags of every client command (contract.md section 3). */
+export const clientFlags: readonly FlagSpec[] = [
+  {
+    name: "server-url",
+    short: "s",
+    value: "URL",
+    defaultValue: "http://127.0.0.1:8080",
+    description: "the runnel server; user:password@ in it is sent as Basic auth",
+  },
+  { name: "auth-token", value: "TOKEN", description: "a token sent as Bearer auth" },
+]
+
+/** The server answered with an error status: its `{"error"}` message is the one line the CLI prints (exit 1). */
+export class ServerRefused extends Error {
+  readonly status: number
+  constructor(status: number, message: string) {
+    super(message)
+    this.name = "ServerRefused"
+    this.status = status
+  }
+}
+
+export type Answer = { readonly status: number; readonly body: unknown }
+
+export type ApiClient = {
+  /** The URL without credentials, for messages. */
+  readonly url: string
+  call(method: string, path: string, body?: unknown): Promise<Answer>
+  /** The events of a `text/event-stream` answer, each `data:` line parsed as JSON. */
+  events(method: string, path: string, body: unknown, signal: AbortSignal): AsyncGenerator<unknown>
+}
+
+/** A JSON client of the REST API from the client flags. */
+export function apiClient(flags: FlagValues): ApiClient {
+  const given = String(flags["server-url"])
+  let base: URL
+  try {
+    base = new URL(given)
+  } catch {
+    throw badRequest(`--server-url "${given}" is not a URL; write it as http://host:8080`)
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:") {
+    throw badRequest(`--server-url "${given}" must start with http:// or https://`)
+  }
+  const headers: Record<string, string> = { Accept: "application/json" }
+  const token = flags["auth-token"]
+  if (typeof token === "string" && token !== "") {
+    headers.Authorization = `Bearer ${token}`
+  } else if (base.username !== "" || base.password !== "") {
+    const user = `${decodeURIComponent(base.username)}:${decodeURIComponent(base.password)}`
+    headers.Authorization = `Basic ${Buffer.from(user).toString("base64")}`
+  }
+  base.username = ""
+  base.password = ""
+  const url = base.toString().replace(/\/$/, "")
+
+  /** Sends one request; a refusal becomes a ServerRefused with the server's message. */
+  const send = async (method: string, path: string, body: unknown, signal?: AbortSignal): Promise<Response> => {
+    let response: Response
+    try {
+      response = await fetch(`${url}${path}`, {
+        method,
+        headers: body === undefined ? headers : { ...headers, "Content-Type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        ...(signal === undefined ? {} : { signal }),
+      })
+    } catch (error) {
+      const cause = (error as { cause?: { code?: string; message?: string } }).cause
+      throw new SystemError(
+        `cannot reach the runnel server at ${url}: ${cause?.code ?? cause?.message ?? errorMessage(error)}; start it with \`runnel server\` or point --server-url (CI_SERVER_URL) at it`,
+      )
+    }
+    if (response.ok) return response
+    if (response.status === 401) {
+      throw new ServerRefused(
+        401,
+        `${url} needs authentication: log in with \`runnel login -s ${url}\` or set CI_AUTH_TOKEN`,
+      )
+    }
+    const text = await response.text()
+    let message: unknown
+    try {
+      message = (JSON.parse(text) as { error?: unknown } | null)?.error
+    } catch {
+      message = undefined
+    }
+    throw new ServerRefused(
+      response.status,
+      typeof message === "string" ? message : `${url} answered ${method} ${path} with HTTP ${response.status}`,
+    )
+  }
+
+  return {
+    url,
+    async call(method, path, body) {
+      const response = await send(method, path, body)
+      const text = await response.text()
+      let parsed: unknown
+      try {
+        parsed = text === "" ? undefined : JSON.parse(text)
+      } catch {
+        parsed = text
+      }
+      return { status: response.status, body: parsed }
+    },
+    async *events(method, path, body, signal) {
+      const response = await send(method, path, body, signal)
+      if (response.body === null) return
+      let buffer = ""
+      try {
+        for await (const text of response.body.pipeThrough(new TextDecoderStream())) {
+          buffer += text
+          for (let end = buffer.indexOf("\n\n"); end !== -1; end = buffer.indexOf("\n\n")) {
+            const frame = buffer.slice(0, end)
+            buffer = buffer.slice(end + 2)
+            const data = frame
+              .split("\n")
+              .filter((line) => line.startsWith("data:"))
+              .map((line) => line.slice(5).trimStart())
+              .join("\n")
+            if (data !== "") yield JSON.parse(data)
+          }
+        }
+      } catch (error) {
+        if (signal.aborted) return
+        throw new SystemError(`the event stream from ${url} broke off: ${errorMessage(error)}`)
+      }
+    },
+  }
+}
