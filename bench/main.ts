@@ -14,6 +14,7 @@ import { dockerDriverFactory } from "../operator/drivers/docker/docker-driver.ts
 import type { Driver } from "../operator/drivers/driver.ts"
 import { runScript } from "../operator/engine/engine.ts"
 import { runInSandbox } from "../operator/engine/sandbox/sandbox.ts"
+import { runApiBench } from "./api.ts"
 import { rawTask } from "./docker-floor.ts"
 import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
@@ -172,6 +173,7 @@ try {
   await taskOverhead(docker, driver, store)
   logThroughput()
   await runOperatorBench(line)
+  await runApiBench(line, reps)
 } finally {
   await store.close()
   await driver.close()
