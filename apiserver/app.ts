@@ -1,4 +1,5 @@
-import Koa from "koa"
+import Koa, { type Middleware } from "koa"
+import { RunnelError } from "../lib/core/errors.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { jsonBody } from "./body.ts"
 import { type ErrorLog, errorRenderer } from "./errors.ts"
@@ -26,12 +27,16 @@ export type ApiServerDeps = {
   /** Where the causes of 500s go. */
   log: ErrorLog
   audit: Parameters<typeof pipelineRoutes>[0]["audit"]
+  /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
+  draining?: () => boolean
 }
 
 /** The REST API under /api as a Koa app; `app.callback()` is a node:http handler. */
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
+  const draining = deps.draining
+  if (draining !== undefined) app.use(refuseWhileDraining(draining))
   app.use(jsonBody(deps.maxBodyBytes))
   const routers = [
     pipelineRoutes(deps),
@@ -41,4 +46,19 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app
+}
+
+/** While the server shuts down, stopping runs and reading still work; nothing new starts or is stored. */
+function refuseWhileDraining(draining: () => boolean): Middleware {
+  return async (ctx, next) => {
+    const newWork = ctx.method === "PUT" || (ctx.method === "POST" && !/^\/api\/runs\/[^/]+\/stop$/.test(ctx.path))
+    if (newWork && draining()) {
+      throw new RunnelError(
+        503,
+        "shutting_down",
+        "the server is shutting down and takes no new work; try again once it is back",
+      )
+    }
+    await next()
+  }
 }

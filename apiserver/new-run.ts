@@ -28,24 +28,48 @@ export async function createRun(
       `pipeline "${name}" is paused; unpause it with POST /api/pipelines/${name}/unpause`,
     )
   }
-  const queued = (await resources.listRuns()).filter((run) => (run.status?.phase ?? "queued") === "queued").length
-  if (queued >= maxQueueSize) {
-    throw new RunnelError(
-      503,
-      "queue_full",
-      `the run queue is full (${queued} queued runs, --max-queue-size ${maxQueueSize}); try again once runs have started`,
-    )
-  }
-  return resources.createRun({
-    apiVersion: runnelApiVersion,
-    kind: "Run",
-    metadata: {
-      name: newRunId(),
-      labels: { "runnel.dev/pipeline": name },
-      ownerReferences: [{ apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" }],
-    },
-    spec: { pipelineRef: { name }, trigger: { type: trigger.type, by: "anonymous", args: trigger.args } },
+  // Count and create under one lock: two triggers never both see room for one more Run.
+  return admitted(resources, async () => {
+    const queued = (await resources.listRuns()).filter((run) => (run.status?.phase ?? "queued") === "queued").length
+    if (queued >= maxQueueSize) {
+      throw new RunnelError(
+        503,
+        "queue_full",
+        `the run queue is full (${queued} queued runs, --max-queue-size ${maxQueueSize}); try again once runs have started`,
+      )
+    }
+    return resources.createRun({
+      apiVersion: runnelApiVersion,
+      kind: "Run",
+      metadata: {
+        name: newRunId(),
+        labels: { "runnel.dev/pipeline": name },
+        ownerReferences: [{ apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" }],
+      },
+      spec: { pipelineRef: { name }, trigger: { type: trigger.type, by: "anonymous", args: trigger.args } },
+    })
   })
+}
+
+/**
+ * The tail of each resources' admission queue. One API server process admits
+ * runs (ARCHITECTURE.md: the stores are on one Pod), so a lock in this process
+ * makes count-then-create atomic: a Run created under the lock is in the next
+ * holder's list, because the Kubernetes API (embedded or a cluster) answers a
+ * list without resourceVersion with every write it has acknowledged. Runs the
+ * operator starts meanwhile only leave the queue, so the count never runs low.
+ */
+const admissionTails = new WeakMap<object, Promise<unknown>>()
+
+function admitted<T>(resources: object, admit: () => Promise<T>): Promise<T> {
+  const previous = admissionTails.get(resources) ?? Promise.resolve()
+  const result = previous.then(admit, admit)
+  const tail = result.catch(() => {})
+  admissionTails.set(resources, tail)
+  void tail.then(() => {
+    if (admissionTails.get(resources) === tail) admissionTails.delete(resources)
+  })
+  return result
 }
 
 /** Sortable by creation (time first), unique without coordination. */

@@ -1,6 +1,7 @@
 import { Command, CommanderError } from "commander"
 import { RunnelError, SystemError } from "../lib/core/errors.ts"
 import { ServerRefused } from "./api-client.ts"
+import { apiserverCommand } from "./apiserver.ts"
 import { operatorCommand } from "./operator.ts"
 import { pipelineCommand } from "./pipeline.ts"
 import { runnerCommand } from "./runner.ts"
@@ -13,6 +14,7 @@ const program = new Command()
   .exitOverride()
 serverCommand(program)
 operatorCommand(program)
+apiserverCommand(program)
 runnerCommand(program)
 pipelineCommand(program)
 

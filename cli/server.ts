@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net"
 import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
-import { createApiServer } from "../apiserver/app.ts"
+import { type ApiServerDeps, createApiServer } from "../apiserver/app.ts"
 import { kubeResources } from "../apiserver/resources.ts"
 import { parseFeatures } from "../lib/config/features.ts"
 import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
@@ -110,21 +110,17 @@ async function server(options: Record<string, unknown>): Promise<void> {
       )
     store = await openSqliteLogStore(logStorePath(settings.storagePath))
     operator = await startConfiguredOperator(settings, kubeConfig, store)
-    api = createApiServer({
+    api = configuredApiServer({
       resources: kubeResources(kubeConfig, settings.namespace),
       logs: store,
       defaultDriver: settings.driver,
-      allowedDrivers: settings.allowedDrivers === "*" ? driverRegistry().names() : settings.allowedDrivers,
+      allowedDrivers: settings.allowedDrivers,
       maxQueueSize,
       features,
       maxBodyBytes,
-      log: (message) => process.stderr.write(`runnel: api: ${message}\n`),
-      // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
-      audit: ({ event, ...fields }) =>
-        process.stdout.write(
-          `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
-        ),
-    }).callback()
+      draining: () => draining,
+    })
+    warnOpenAccess(host)
     process.stdout.write(`runnel: listening on http://${urlHost(host)}:${address.port}\n`)
   } catch (error) {
     await close(true).catch(() => {})
@@ -133,7 +129,34 @@ async function server(options: Record<string, unknown>): Promise<void> {
   onShutdownSignal(close)
 }
 
-function loadKubeconfig(kubeConfig: KubeConfig, file: string): void {
+/** The API server with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */
+export function configuredApiServer(
+  deps: Omit<ApiServerDeps, "log" | "audit" | "allowedDrivers"> & { allowedDrivers: readonly string[] | "*" },
+): (req: IncomingMessage, res: ServerResponse) => void {
+  return createApiServer({
+    ...deps,
+    allowedDrivers: deps.allowedDrivers === "*" ? driverRegistry().names() : deps.allowedDrivers,
+    log: (message) => process.stderr.write(`runnel: api: ${message}\n`),
+    // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
+    audit: ({ event, ...fields }) =>
+      process.stdout.write(
+        `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
+      ),
+  }).callback()
+}
+
+/** Open access beyond this machine is said loudly, on one stderr line: there is no authentication yet. */
+export function warnOpenAccess(host: string): void {
+  if (isLoopback(host)) return
+  process.stderr.write(
+    `runnel: WARNING: serving on --host ${host} with NO AUTHENTICATION: anyone who can reach this address can store and run pipelines; serve on 127.0.0.1 or put an authenticating proxy in front\n`,
+  )
+}
+
+const isLoopback = (host: string) =>
+  host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host) || host === "::ffff:127.0.0.1"
+
+export function loadKubeconfig(kubeConfig: KubeConfig, file: string): void {
   try {
     kubeConfig.loadFromFile(file)
   } catch (error) {
@@ -153,12 +176,12 @@ function route(req: IncomingMessage, res: ServerResponse, draining: boolean): vo
   })
 }
 
-function send(res: ServerResponse, status: number, body: unknown): void {
+export function send(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { "Content-Type": "application/json" })
   res.end(`${JSON.stringify(body)}\n`)
 }
 
-function listen(http: Server, port: number, host: string): Promise<AddressInfo> {
+export function listen(http: Server, port: number, host: string): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
     http.once("error", (error: NodeJS.ErrnoException) => {
       if (error.code === "EADDRINUSE") {
@@ -178,7 +201,7 @@ function listen(http: Server, port: number, host: string): Promise<AddressInfo> 
 }
 
 /** Ends keep-alive connections (the operator's own included) so close() does not wait for idle clients. */
-function closeHttp(http: Server): Promise<void> {
+export function closeHttp(http: Server): Promise<void> {
   return new Promise((resolve) => {
     if (!http.listening) {
       resolve()
@@ -196,7 +219,7 @@ function loopbackHost(address: string): string {
   return address
 }
 
-const urlHost = (host: string) => (host.includes(":") ? `[${host}]` : host)
+export const urlHost = (host: string) => (host.includes(":") ? `[${host}]` : host)
 
 function loopbackConfig(server: string) {
   return {

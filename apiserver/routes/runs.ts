@@ -8,12 +8,14 @@ import { pageOf, paginate, queryString, runView } from "../views.ts"
 export type RunRoutesDeps = {
   resources: Pick<Resources, "listRuns" | "getRun" | "patchRun" | "listPipelines">
   logs: Pick<LogStore, "tasks" | "output">
+  /** The enabled feature names: gates answer only when `gates` is one. */
+  features: readonly string[]
 }
 
 const finalStatuses: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
 
 /** Runs over the Run resource, their tasks' output from the log store (contract.md sections 4 and 7). */
-export function runRoutes({ resources, logs }: RunRoutesDeps): Router {
+export function runRoutes({ resources, logs, features }: RunRoutesDeps): Router {
   const router = new Router()
   const pipelineIds = async () =>
     new Map((await resources.listPipelines()).map((p) => [p.metadata?.name ?? "", p.metadata?.uid ?? ""]))
@@ -72,6 +74,19 @@ export function runRoutes({ resources, logs }: RunRoutesDeps): Router {
       started_at: task.startedAt,
       ended_at: task.endedAt,
     }))
+  })
+
+  router.get("/api/runs/:id/gates", async (ctx) => {
+    if (!features.includes("gates")) {
+      throw new RunnelError(
+        403,
+        "feature_disabled",
+        'the "gates" feature is not enabled on this server; start it with --allowed-features naming gates',
+      )
+    }
+    await found(ctx.params.id ?? "")
+    // Gates arrive with their own issue; until then no run has any.
+    ctx.body = []
   })
 
   router.post("/api/runs/:id/stop", async (ctx) => {

@@ -1,0 +1,121 @@
+import { createServer } from "node:http"
+import { KubeConfig } from "@kubernetes/client-node"
+import type { Command } from "commander"
+import { kubeResources } from "../apiserver/resources.ts"
+import { parseFeatures } from "../lib/config/features.ts"
+import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
+import { badRequest } from "../lib/core/errors.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import { addFlags } from "./flags.ts"
+import { logStorePath, onShutdownSignal, operatorFlags, operatorSettings } from "./operator.ts"
+import {
+  closeHttp,
+  configuredApiServer,
+  listen,
+  loadKubeconfig,
+  send,
+  serverFlags,
+  urlHost,
+  warnOpenAccess,
+} from "./server.ts"
+
+/** The API flags of `runnel server`, without the operator's own (in-flight limit, sandbox limits, secrets). */
+const apiserverFlagNames = [
+  "port",
+  "host",
+  "kubeconfig",
+  "namespace",
+  "storage-sqlite-path",
+  "driver",
+  "allowed-drivers",
+  "max-queue-size",
+  "max-body-mb",
+  "allowed-features",
+]
+export const apiserverFlags: readonly FlagSpec[] = serverFlags
+  .filter((flag) => apiserverFlagNames.includes(flag.name))
+  .map((flag) =>
+    flag.name === "storage-sqlite-path"
+      ? {
+          ...flag,
+          description:
+            "where the operator stores run output, as its --storage-sqlite-path: runnel.db reads runnel-logs.db (:memory: for none)",
+        }
+      : flag.name === "kubeconfig"
+        ? { ...flag, description: "kubeconfig of the Kubernetes API to serve; in a Pod, the in-cluster account" }
+        : flag,
+  )
+
+export function apiserverCommand(program: Command): void {
+  const command = program
+    .command("apiserver")
+    .description(
+      "serve the REST API under /api and /health alone, against a Kubernetes API with runnel's CRDs (--kubeconfig, or the cluster of its Pod)",
+    )
+  addFlags(command, apiserverFlags)
+  command.action(async (options: Record<string, unknown>) => {
+    await apiserver(options)
+  })
+}
+
+async function apiserver(options: Record<string, unknown>): Promise<void> {
+  const flags = readFlags(apiserverFlags, options)
+  // The operator's checks of the shared flags (driver, allowed drivers, namespace), its own at their defaults.
+  const settings = operatorSettings({ ...readFlags(operatorFlags, {}, {}), ...flags })
+  const port = flags.port === "0" ? 0 : parsePositiveInt(flags.port as string, "port")
+  const host = String(flags.host)
+  const maxQueueSize = parsePositiveInt(flags["max-queue-size"] as string, "max-queue-size")
+  const maxBodyBytes = parsePositiveInt(flags["max-body-mb"] as string, "max-body-mb") * 1024 * 1024
+  const features = parseFeatures(String(flags["allowed-features"]))
+
+  const kubeConfig = new KubeConfig()
+  if (settings.kubeconfig !== undefined) loadKubeconfig(kubeConfig, settings.kubeconfig)
+  else if (hostEnvironment().inCluster) kubeConfig.loadFromCluster()
+  else {
+    throw badRequest(
+      "runnel apiserver needs a Kubernetes API: pass --kubeconfig FILE (outside a cluster), or run it in a Pod; `runnel server` serves one of its own",
+    )
+  }
+
+  let draining = false
+  const store: LogStore = await openSqliteLogStore(logStorePath(settings.storagePath))
+  const api = configuredApiServer({
+    resources: kubeResources(kubeConfig, settings.namespace),
+    logs: store,
+    defaultDriver: settings.driver,
+    allowedDrivers: settings.allowedDrivers,
+    maxQueueSize,
+    features,
+    maxBodyBytes,
+    draining: () => draining,
+  })
+  const http = createServer((req, res) => {
+    const path = (req.url ?? "/").split("?")[0] ?? "/"
+    if (/^\/api(\/|$)/.test(path)) {
+      api(req, res)
+    } else if (path === "/health" && (req.method === "GET" || req.method === "HEAD")) {
+      send(res, draining ? 503 : 200, draining ? { status: "shutting down" } : { status: "ok" })
+    } else {
+      send(res, 404, {
+        error: `no route for ${req.method} ${path}; this server answers /health and the REST API under /api`,
+      })
+    }
+  })
+  let address: Awaited<ReturnType<typeof listen>>
+  try {
+    address = await listen(http, port, host)
+  } catch (error) {
+    await store.close()
+    throw error
+  }
+  warnOpenAccess(host)
+  process.stdout.write(
+    `runnel: listening on http://${urlHost(host)}:${address.port} (Kubernetes API ${kubeConfig.getCurrentCluster()?.server}, namespace "${settings.namespace}")\n`,
+  )
+  onShutdownSignal(async () => {
+    draining = true
+    await closeHttp(http)
+    await store.close()
+  })
+}

@@ -1,0 +1,88 @@
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { runnelBin } from "./cli.ts"
+
+/** bin/runnel COMMAND in its own process; resolves with its URL once it prints its listening line. */
+export type ServerProcess = { url: string; child: ChildProcess; stdout(): string; stderr(): string }
+
+/** Temp directories and processes of one test file: `cleanUp()` in its afterAll. */
+export function serverProcesses(prefix: string) {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  const started = new Set<ChildProcess>()
+  let count = 0
+  return {
+    dir,
+    /** `bin/runnel server --port 0 --driver native` on a temp database, unless `command` says otherwise. */
+    start(args: readonly string[] = [], command: readonly string[] = ["server"]): Promise<ServerProcess> {
+      const cwd = mkdtempSync(join(dir, `server-${++count}-`))
+      const child = spawn(
+        runnelBin,
+        [...command, "--port", "0", "--driver", "native", "--storage-sqlite-path", join(cwd, "runnel.db"), ...args],
+        { cwd, stdio: ["ignore", "pipe", "pipe"] },
+      )
+      started.add(child)
+      let stdout = ""
+      let stderr = ""
+      child.stderr?.setEncoding("utf8").on("data", (text: string) => {
+        stderr += text
+      })
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no listening line within 20 s; stderr: ${stderr}`)), 20_000)
+        child.stdout?.setEncoding("utf8").on("data", (text: string) => {
+          stdout += text
+          const match = /listening on (http:\/\/\S+)/.exec(stdout)
+          if (match?.[1] !== undefined) {
+            clearTimeout(timer)
+            resolve({ url: match[1], child, stdout: () => stdout, stderr: () => stderr })
+          }
+        })
+        child.on("exit", (code) => {
+          clearTimeout(timer)
+          reject(new Error(`runnel ${command.join(" ")} exited (${code}) before listening: ${stderr}`))
+        })
+      })
+    },
+    cleanUp() {
+      for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: the tests read JSON answers field by field and compare them with expect.
+export type Answer = { status: number; body: any; type: string | null }
+
+export async function call(base: string, method: string, path: string, body?: unknown): Promise<Answer> {
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await response.text()
+  return {
+    status: response.status,
+    body: text === "" ? undefined : JSON.parse(text),
+    type: response.headers.get("content-type"),
+  }
+}
+
+export async function eventually<T>(
+  read: () => Promise<T>,
+  holds: (value: T) => boolean,
+  what: string,
+  timeoutMs = 30_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await read()
+    if (holds(value)) return value
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}; last: ${JSON.stringify(value)}`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+}
+
+/** A script pipeline with one native task running `shell`. */
+export const script = (shell: string) =>
+  `export const pipeline = async () => {\n  await runtime.run({ name: "step", image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] } })\n}\n`
