@@ -1,18 +1,14 @@
-import { type ChildProcess, execFile, execFileSync, spawn } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { execFile, execFileSync } from "node:child_process"
+import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { runnelBin } from "./cli.ts"
+import { type Answer, call, eventually, script, serverProcesses } from "./server-process.ts"
 
 // The REST API of `runnel server` as a client meets it: bin/runnel in its own process on a temp
 // database, driven over HTTP with fetch (and kubectl against its /k8s).
-const dir = mkdtempSync(join(tmpdir(), "runnel-apiserver-test-"))
-const started = new Set<ChildProcess>()
-afterAll(() => {
-  for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
-  rmSync(dir, { recursive: true, force: true })
-})
+const servers = serverProcesses("runnel-apiserver-test-")
+const dir = servers.dir
+afterAll(() => servers.cleanUp())
 
 const kubectlAvailable = (() => {
   try {
@@ -24,66 +20,7 @@ const kubectlAvailable = (() => {
   }
 })()
 
-let servers = 0
-
-/** bin/runnel server with the native driver on a free port; resolves with its URL once it listens. */
-async function startServer(args: readonly string[] = []) {
-  const cwd = mkdtempSync(join(dir, `server-${++servers}-`))
-  const child = spawn(
-    runnelBin,
-    ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(cwd, "runnel.db"), ...args],
-    { cwd, stdio: ["ignore", "pipe", "pipe"] },
-  )
-  started.add(child)
-  let stdout = ""
-  let stderr = ""
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 20 s; stderr: ${stderr}`)), 20_000)
-    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
-      stdout += text
-      const match = /listening on (http:\/\/\S+)/.exec(stdout)
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer)
-        resolve(match[1])
-      }
-    })
-    child.stderr?.setEncoding("utf8").on("data", (text: string) => {
-      stderr += text
-    })
-    child.on("exit", (code) => reject(new Error(`runnel server exited (${code}) before listening: ${stderr}`)))
-  })
-  return { url, child, stderr: () => stderr }
-}
-
-// biome-ignore lint/suspicious/noExplicitAny: the tests read JSON answers field by field and compare them with expect.
-type Answer = { status: number; body: any; type: string | null }
-
-async function call(base: string, method: string, path: string, body?: unknown, raw?: string): Promise<Answer> {
-  const response = await fetch(`${base}${path}`, {
-    method,
-    headers: body === undefined && raw === undefined ? {} : { "Content-Type": "application/json" },
-    body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
-  })
-  const text = await response.text()
-  return {
-    status: response.status,
-    body: text === "" ? undefined : JSON.parse(text),
-    type: response.headers.get("content-type"),
-  }
-}
-
-const script = (shell: string) =>
-  `export const pipeline = async () => {\n  await runtime.run({ name: "step", image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] } })\n}\n`
-
-async function eventually<T>(read: () => Promise<T>, holds: (value: T) => boolean, what: string, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const value = await read()
-    if (holds(value)) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}; last: ${JSON.stringify(value)}`)
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-}
+const startServer = (args: readonly string[] = []) => servers.start(args)
 
 const pipelineKeys = [
   "content",

@@ -1,60 +1,15 @@
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { runnelBin } from "./cli.ts"
+import { call, eventually, serverProcesses } from "./server-process.ts"
 
 // Streamed run output (GET /api/runs/:id/events, POST /api/pipelines/:name/run) of `runnel server`
 // in its own process on a temp database, read over HTTP as a page or the CLI would.
-const dir = mkdtempSync(join(tmpdir(), "runnel-events-test-"))
-const started = new Set<ChildProcess>()
-afterAll(() => {
-  for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
-  rmSync(dir, { recursive: true, force: true })
-})
-
-let servers = 0
-async function startServer(args: readonly string[] = []): Promise<string> {
-  const cwd = mkdtempSync(join(dir, `server-${++servers}-`))
-  const child = spawn(
-    runnelBin,
-    ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(cwd, "runnel.db"), ...args],
-    { cwd, stdio: ["ignore", "pipe", "pipe"] },
-  )
-  started.add(child)
-  let stdout = ""
-  let stderr = ""
-  return new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 20 s; stderr: ${stderr}`)), 20_000)
-    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
-      stdout += text
-      const match = /listening on (http:\/\/\S+)/.exec(stdout)
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer)
-        resolve(match[1])
-      }
-    })
-    child.stderr?.setEncoding("utf8").on("data", (text: string) => {
-      stderr += text
-    })
-    child.on("exit", (code) => reject(new Error(`runnel server exited (${code}) before listening: ${stderr}`)))
-  })
-}
+const servers = serverProcesses("runnel-events-test-")
+afterAll(() => servers.cleanUp())
+const startServer = async (args: readonly string[] = []) => (await servers.start(args)).url
 
 // biome-ignore lint/suspicious/noExplicitAny: events and answers are compared field by field.
 type Json = any
 type Event = { id: number | undefined; data: Json }
-
-async function json(base: string, method: string, path: string, body?: unknown) {
-  const response = await fetch(`${base}${path}`, {
-    method,
-    headers: body === undefined ? {} : { "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  const text = await response.text()
-  return { status: response.status, type: response.headers.get("content-type"), body: text ? JSON.parse(text) : {} }
-}
 
 /** Reads an event stream to its end (or until `stopAfter` events, then leaves); heartbeats are skipped. */
 async function readEvents(response: Response, stopAfter = Number.POSITIVE_INFINITY): Promise<Event[]> {
@@ -97,16 +52,6 @@ const stdoutOf = (events: Event[]) =>
     .map((event) => event.data.data)
     .join("")
 
-async function until<T>(read: () => Promise<T>, holds: (value: T) => boolean, what: string): Promise<T> {
-  const deadline = Date.now() + 30_000
-  for (;;) {
-    const value = await read()
-    if (holds(value)) return value
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}; last: ${JSON.stringify(value)}`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
-
 /** Output events carry increasing ids; the stream ends with exactly one exit event, last. */
 function expectWellFormed(events: Event[], runId: string): Json {
   const output = events.filter((event) => event.data.stream !== undefined)
@@ -123,7 +68,7 @@ describe("run events over SSE", () => {
   beforeAll(async () => {
     base = await startServer()
     const put = async (name: string, content: string) =>
-      expect((await json(base, "PUT", `/api/pipelines/${name}`, { content })).status).toBe(201)
+      expect((await call(base, "PUT", `/api/pipelines/${name}`, { content })).status).toBe(201)
     await put("numbered", script("for i in $(seq 1 200); do echo line $i; sleep 0.01; done"))
     await put("quick", script("echo hello; echo to-stderr >&2"))
     await put(
@@ -135,11 +80,11 @@ describe("run events over SSE", () => {
   }, 30_000)
 
   it("attached mid-run, gives every output line once and in order, then the exit event; Last-Event-ID resumes", async () => {
-    const { body } = await json(base, "POST", "/api/pipelines/numbered/trigger", {})
+    const { body } = await call(base, "POST", "/api/pipelines/numbered/trigger", {})
     const runId: string = body.run_id
     // Attach once some output is stored and the run is still going.
-    await until(
-      () => json(base, "GET", `/api/runs/${runId}/tasks`),
+    await eventually(
+      () => call(base, "GET", `/api/runs/${runId}/tasks`),
       (answer) => /line 20\n/.test(answer.body[0]?.stdout ?? ""),
       "the run has printed 20 lines",
     )
@@ -149,7 +94,7 @@ describe("run events over SSE", () => {
     expect(exit.code).toBe(0)
     expect(stdoutOf(events)).toBe(numbered(200))
     expect(Date.now() - attachedAt).toBeGreaterThan(500) // it followed live output, not only the stored history
-    expect((await json(base, "GET", `/api/runs/${runId}`)).body.status).toBe("success")
+    expect((await call(base, "GET", `/api/runs/${runId}`)).body.status).toBe("success")
 
     const output = events.filter((event) => event.data.stream !== undefined)
     expect(output.length).toBeGreaterThan(2)
@@ -172,7 +117,7 @@ describe("run events over SSE", () => {
     expect(events.filter((event) => event.data.stream === "stderr").map((event) => event.data.data)).toEqual([
       "to-stderr\n",
     ])
-    const run = (await json(base, "GET", `/api/runs/${runId}`)).body
+    const run = (await call(base, "GET", `/api/runs/${runId}`)).body
     expect(run).toMatchObject({ status: "success", trigger_type: "manual", pipeline_name: "quick" })
 
     const withArgs = await readEvents(
@@ -182,7 +127,7 @@ describe("run events over SSE", () => {
         body: JSON.stringify({ args: ["a", "b"] }),
       }),
     )
-    const argsRun = (await json(base, "GET", `/api/runs/${withArgs.at(-1)?.data.run_id}`)).body
+    const argsRun = (await call(base, "GET", `/api/runs/${withArgs.at(-1)?.data.run_id}`)).body
     expect(argsRun).toMatchObject({ status: "success", trigger_type: "args", args: ["a", "b"] })
   }, 30_000)
 
@@ -207,16 +152,16 @@ describe("run events over SSE", () => {
   it("lets a client leave without stopping the run", async () => {
     const first = await readEvents(await fetch(`${base}/api/pipelines/slow/run`, { method: "POST" }), 1)
     expect(first[0]?.data.stream).toBe("stdout")
-    const runs = (await json(base, "GET", "/api/runs?pipeline_id=slow")).body.items
+    const runs = (await call(base, "GET", "/api/runs?pipeline_id=slow")).body.items
     expect(runs).toHaveLength(1)
     const runId = runs[0].id
-    const done = await until(
-      () => json(base, "GET", `/api/runs/${runId}`),
+    const done = await eventually(
+      () => call(base, "GET", `/api/runs/${runId}`),
       (answer) => answer.body.status !== "running" && answer.body.status !== "queued",
       "the run has finished",
     )
     expect(done.body.status).toBe("success")
-    const tasks = (await json(base, "GET", `/api/runs/${runId}/tasks`)).body
+    const tasks = (await call(base, "GET", `/api/runs/${runId}/tasks`)).body
     expect(tasks[0].stdout).toBe(numbered(40))
   }, 30_000)
 
@@ -238,16 +183,16 @@ describe("run events over SSE", () => {
       expect(answer.headers.get("content-type")).toMatch(/json/)
       expect(((await answer.json()) as Json).error).toMatch(error)
     }
-    const run = (await json(base, "GET", "/api/runs?pipeline_id=quick")).body.items[0].id
+    const run = (await call(base, "GET", "/api/runs?pipeline_id=quick")).body.items[0].id
     const badId = await fetch(`${base}/api/runs/${run}/events`, { headers: { "Last-Event-ID": "abc" } })
     expect(badId.status).toBe(400)
     expect(((await badId.json()) as Json).error).toMatch(/Last-Event-ID/)
 
-    expect((await json(base, "POST", "/api/pipelines/quick/pause")).status).toBe(200)
-    const paused = await json(base, "POST", "/api/pipelines/quick/run")
+    expect((await call(base, "POST", "/api/pipelines/quick/pause")).status).toBe(200)
+    const paused = await call(base, "POST", "/api/pipelines/quick/run")
     expect(paused.status).toBe(409)
     expect(paused.body.error).toMatch(/paused/)
-    expect((await json(base, "POST", "/api/pipelines/quick/unpause")).status).toBe(200)
+    expect((await call(base, "POST", "/api/pipelines/quick/unpause")).status).toBe(200)
   }, 30_000)
 })
 
@@ -255,17 +200,17 @@ describe("POST /api/pipelines/:name/run with a full queue", () => {
   it("answers 503 as JSON and creates nothing", async () => {
     const base = await startServer(["--max-in-flight", "1", "--max-queue-size", "1"])
     const content = script("sleep 1; echo done")
-    expect((await json(base, "PUT", "/api/pipelines/busy", { content })).status).toBe(201)
-    const first = (await json(base, "POST", "/api/pipelines/busy/trigger", {})).body.run_id
-    await until(
-      () => json(base, "GET", `/api/runs/${first}`),
+    expect((await call(base, "PUT", "/api/pipelines/busy", { content })).status).toBe(201)
+    const first = (await call(base, "POST", "/api/pipelines/busy/trigger", {})).body.run_id
+    await eventually(
+      () => call(base, "GET", `/api/runs/${first}`),
       (answer) => answer.body.status === "running",
       "the first run is running",
     )
-    expect((await json(base, "POST", "/api/pipelines/busy/trigger", {})).status).toBe(202)
-    const full = await json(base, "POST", "/api/pipelines/busy/run")
+    expect((await call(base, "POST", "/api/pipelines/busy/trigger", {})).status).toBe(202)
+    const full = await call(base, "POST", "/api/pipelines/busy/run")
     expect(full.status).toBe(503)
     expect(full.body.error).toMatch(/queue is full/)
-    expect((await json(base, "GET", "/api/runs?pipeline_id=busy")).body.total_items).toBe(2)
+    expect((await call(base, "GET", "/api/runs?pipeline_id=busy")).body.total_items).toBe(2)
   }, 30_000)
 })

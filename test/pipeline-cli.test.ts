@@ -1,63 +1,17 @@
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { spawn } from "node:child_process"
+import { mkdtempSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
-import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest"
 import { runnel, runnelBin } from "./cli.ts"
+import { call, serverProcesses } from "./server-process.ts"
 
 // Store-time validation, feature gates, audit entries and the `runnel pipeline` client commands,
 // against bin/runnel server in its own process on a temp database.
-const dir = mkdtempSync(join(tmpdir(), "runnel-pipeline-cli-test-"))
-const started = new Set<ChildProcess>()
-afterAll(() => {
-  for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
-  rmSync(dir, { recursive: true, force: true })
-})
-
-let servers = 0
-
-/** bin/runnel server with the native driver on a free port; its stdout (the audit lines) stays readable. */
-async function startServer(args: readonly string[] = []) {
-  const cwd = mkdtempSync(join(dir, `server-${++servers}-`))
-  const child = spawn(
-    runnelBin,
-    ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(cwd, "runnel.db"), ...args],
-    { cwd, stdio: ["ignore", "pipe", "pipe"] },
-  )
-  started.add(child)
-  let stdout = ""
-  let stderr = ""
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no listening line within 20 s; stderr: ${stderr}`)), 20_000)
-    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
-      stdout += text
-      const match = /listening on (http:\/\/\S+)/.exec(stdout)
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer)
-        resolve(match[1])
-      }
-    })
-    child.stderr?.setEncoding("utf8").on("data", (text: string) => {
-      stderr += text
-    })
-    child.on("exit", (code) => reject(new Error(`runnel server exited (${code}) before listening: ${stderr}`)))
-  })
-  return { url, child, stdout: () => stdout }
-}
-
-// biome-ignore lint/suspicious/noExplicitAny: the tests read JSON answers field by field.
-type Answer = { status: number; body: any }
-
-async function call(base: string, method: string, path: string, body?: unknown): Promise<Answer> {
-  const response = await fetch(`${base}${path}`, {
-    method,
-    headers: body === undefined ? {} : { "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  })
-  const text = await response.text()
-  return { status: response.status, body: text === "" ? undefined : JSON.parse(text) }
-}
+const servers = serverProcesses("runnel-pipeline-cli-test-")
+const dir = servers.dir
+afterAll(() => servers.cleanUp())
+const startServer = (args: readonly string[] = []) => servers.start(args)
 
 const hello = 'export const pipeline = async () => {\n  console.log("hello")\n}\n'
 
@@ -300,7 +254,9 @@ describe("runnel pipeline (client commands)", () => {
     )
     expect((await client(["set", "slow.ts"])).code).toBe(0)
     const child = spawn(runnelBin, ["pipeline", "run", "slow", "-s", server.url], { stdio: ["ignore", "pipe", "pipe"] })
-    started.add(child)
+    onTestFinished(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
+    })
     let stdout = ""
     let stderr = ""
     child.stderr.setEncoding("utf8").on("data", (text: string) => {

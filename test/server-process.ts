@@ -54,11 +54,12 @@ export function serverProcesses(prefix: string) {
 // biome-ignore lint/suspicious/noExplicitAny: the tests read JSON answers field by field and compare them with expect.
 export type Answer = { status: number; body: any; type: string | null }
 
-export async function call(base: string, method: string, path: string, body?: unknown): Promise<Answer> {
+/** A JSON call; `raw` sends that text as the body instead, for malformed requests. */
+export async function call(base: string, method: string, path: string, body?: unknown, raw?: string): Promise<Answer> {
   const response = await fetch(`${base}${path}`, {
     method,
-    headers: body === undefined ? {} : { "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
+    headers: body === undefined && raw === undefined ? {} : { "Content-Type": "application/json" },
+    body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
   })
   const text = await response.text()
   return {
