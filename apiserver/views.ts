@@ -1,6 +1,6 @@
-import { parse as parseYaml } from "yaml"
 import { badRequest } from "../lib/core/errors.ts"
-import type { PipelineResource, PipelineSpec, RunResource } from "./resources.ts"
+import { inferContentType } from "../lib/script/content-type.ts"
+import type { PipelineResource, RunResource } from "./resources.ts"
 
 /** Set on every write through this API: Kubernetes objects carry no update time of their own. */
 export const updatedAtAnnotation = "runnel.dev/updated-at"
@@ -44,22 +44,6 @@ export function runView(run: RunResource, pipelineIds: ReadonlyMap<string, strin
     started_at: status.startedAt ?? null,
     finished_at: status.finishedAt ?? null,
   }
-}
-
-/**
- * contract.md section 4: content that parses as a YAML mapping with a `jobs`
- * list is yaml, anything else ts.
- */
-export function inferContentType(content: string): NonNullable<PipelineSpec["contentType"]> {
-  try {
-    const parsed: unknown = parseYaml(content)
-    if (parsed !== null && typeof parsed === "object" && Array.isArray((parsed as { jobs?: unknown }).jobs)) {
-      return "yaml"
-    }
-  } catch {
-    // Not YAML at all: a script.
-  }
-  return "ts"
 }
 
 export type Page = { page: number; perPage: number }

@@ -1,6 +1,6 @@
 import type { KubernetesObject } from "@kubernetes/client-node"
-import { parse as parseYaml } from "yaml"
 import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
+import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 
 /** runnel's resources as crds/ defines them; only the fields the operator reads or writes. */
 export const runnelGroup = "runnel.dev"
@@ -15,8 +15,6 @@ export type Condition = {
   lastTransitionTime: string
   observedGeneration?: number
 }
-
-export type ContentType = "ts" | "js" | "yaml"
 
 export type PipelineSpec = {
   content: string
@@ -78,20 +76,10 @@ export const keyOf = (object: KubernetesObject) => `${object.metadata?.namespace
 
 /**
  * The content type of a pipeline: `spec.contentType`, else inferred as
- * contract.md section 4 says: a YAML mapping with a `jobs` list is yaml,
- * anything else ts.
+ * contract.md section 4 says.
  */
 export function contentTypeOf(spec: PipelineSpec): ContentType {
-  if (spec.contentType !== undefined) return spec.contentType
-  try {
-    const parsed: unknown = parseYaml(spec.content)
-    if (parsed !== null && typeof parsed === "object" && Array.isArray((parsed as { jobs?: unknown }).jobs)) {
-      return "yaml"
-    }
-  } catch {
-    // Not YAML at all: a script.
-  }
-  return "ts"
+  return spec.contentType ?? inferContentType(spec.content)
 }
 
 /**

@@ -1,5 +1,6 @@
 import Router from "@koa/router"
 import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import { inferContentType } from "../../lib/script/content-type.ts"
 import { scriptProblem } from "../../lib/script/pipeline-check.ts"
 import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
@@ -12,7 +13,7 @@ import {
   type Resources,
   runnelApiVersion,
 } from "../resources.ts"
-import { inferContentType, pageOf, paginate, pipelineView, updatedAtAnnotation } from "../views.ts"
+import { pageOf, paginate, pipelineView, updatedAtAnnotation } from "../views.ts"
 
 export type PipelineRoutesDeps = {
   resources: Pick<
