@@ -8,14 +8,10 @@ import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
+import { median } from "./median.ts"
 import type { BenchLine } from "./operator.ts"
 
 const runnelBin = join(import.meta.dirname, "..", "bin", "runnel")
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2
-}
 
 async function startRunnel(dir: string): Promise<{ url: string; child: ChildProcess }> {
   const child = spawn(

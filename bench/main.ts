@@ -16,15 +16,11 @@ import { runScript } from "../operator/engine/engine.ts"
 import { runInSandbox } from "../operator/engine/sandbox/sandbox.ts"
 import { runApiBench } from "./api.ts"
 import { rawTask } from "./docker-floor.ts"
+import { median } from "./median.ts"
 import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
 
 const reps = Number(process.env.BENCH_REPS ?? 3)
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2
-}
 const time = async (work: () => Promise<unknown>) => {
   const started = performance.now()
   await work()

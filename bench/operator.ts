@@ -16,6 +16,7 @@ import type { Driver } from "../operator/drivers/driver.ts"
 import { runScript } from "../operator/engine/engine.ts"
 import { startOperator } from "../operator/operator.ts"
 import type { RunObject } from "../operator/resources.ts"
+import { median } from "./median.ts"
 import { quietObserver } from "./quiet-observer.ts"
 
 export type BenchLine = (name: string, runnel: string, floor: string, ratio: string, target: string) => void
@@ -23,12 +24,6 @@ export type BenchLine = (name: string, runnel: string, floor: string, ratio: str
 const noop = "export const pipeline = async () => {}\n"
 const limits = { memoryMb: 64, timeoutMs: 60_000 }
 const group = { group: "runnel.dev", version: "v1alpha1", namespace: "default" }
-
-const median = (values: readonly number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 ? (sorted[middle] ?? 0) : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2
-}
 
 /** A no-op script never calls runtime.run, so no driver is reached. */
 const noDriver: Driver = {
