@@ -42,10 +42,22 @@ function shell(script: string, more: Partial<TaskSpec> = {}): TaskSpec {
   }
 }
 
-/** Whether `pid` is a live process; a zombie nobody reaps (PID 1 here may not) has already died. */
+/**
+ * Whether `pid` is still a live process 2 s after its group was killed: SIGKILL lands
+ * asynchronously, so one look right after the kill can still see it. A zombie nobody
+ * reaps (PID 1 here may not) has already died.
+ */
 async function running(pid: number): Promise<boolean> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined)
-  return stat !== undefined && stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
+  const alive = async () => {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => undefined)
+    return stat !== undefined && stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
+  }
+  const deadline = performance.now() + 2000
+  while (await alive()) {
+    if (performance.now() > deadline) return true
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  return false
 }
 
 /** The pid of a process that has exited. */
