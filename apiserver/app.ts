@@ -1,9 +1,14 @@
+import type { KubeConfig } from "@kubernetes/client-node"
 import Koa, { type Middleware } from "koa"
 import { RunnelError } from "../lib/core/errors.ts"
+import type { Log } from "../lib/core/log.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
+import type { AuditLog } from "./audit.ts"
 import { jsonBody } from "./body.ts"
-import { type ErrorLog, errorRenderer } from "./errors.ts"
-import type { Resources } from "./resources.ts"
+import { errorRenderer } from "./errors.ts"
+import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
+import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
+import { kubeResources, type Resources } from "./resources.ts"
 import { eventRoutes } from "./routes/events.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { pipelineRoutes } from "./routes/pipelines.ts"
@@ -12,6 +17,8 @@ import { runRoutes } from "./routes/runs.ts"
 export type ApiServerDeps = {
   /** The Pipeline and Run resources of the server's namespace (kubeResources() over client-node). */
   resources: Resources
+  /** The same resources as the watch keeps them, with this server's writes applied at once. */
+  index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Task output, as the operator stores it. */
   logs: Pick<LogStore, "tasks" | "output" | "readChunks">
   /** The driver of a pipeline stored without one. */
@@ -24,9 +31,11 @@ export type ApiServerDeps = {
   features: readonly string[]
   /** Larger request bodies answer 413. */
   maxBodyBytes: number
-  /** Where the causes of 500s go. */
-  log: ErrorLog
-  audit: Parameters<typeof pipelineRoutes>[0]["audit"]
+  /** Where the causes of 500s and failed streams go. */
+  log: Log
+  audit: AuditLog
+  /** This server's Pipeline writes, for the audit of the watch. */
+  own: OwnWrites
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -61,4 +70,23 @@ function refuseWhileDraining(draining: () => boolean): Middleware {
     }
     await next()
   }
+}
+
+/**
+ * The API server over the resources of `namespace`: the Kubernetes API calls,
+ * the index the watch keeps (resolves once it has listed), and the audit of
+ * changes made there by others. `stop()` ends the watch.
+ */
+export async function startApiServer(
+  deps: Omit<ApiServerDeps, "resources" | "index" | "own"> & { kubeConfig: KubeConfig; namespace: string },
+): Promise<{ callback: ReturnType<Koa["callback"]>; stop(): Promise<void> }> {
+  const own = new OwnWrites()
+  const index = await startResourceIndex({
+    kubeConfig: deps.kubeConfig,
+    namespace: deps.namespace,
+    log: deps.log,
+    pipelineHandlers: auditForeignChanges(deps.audit, own),
+  })
+  const app = createApiServer({ ...deps, resources: kubeResources(deps.kubeConfig, deps.namespace), index, own })
+  return { callback: app.callback(), stop: () => index.stop() }
 }

@@ -24,3 +24,6 @@ export type AuditLog = (entry: AuditEntry) => void
 
 /** The actor of a request while the server has no authentication (the auth issue fills in users). */
 export const anonymousActor = "anonymous"
+
+/** The actor of a change made through the Kubernetes API rather than this API server. */
+export const kubernetesActor = "kubernetes"

@@ -1,8 +1,7 @@
 import { ApiException } from "@kubernetes/client-node"
 import type { Middleware } from "koa"
 import { errorMessage, RunnelError } from "../lib/core/errors.ts"
-
-export type ErrorLog = (message: string) => void
+import type { Log } from "../lib/core/log.ts"
 
 /**
  * The one place that turns a failure into a response (STYLE.md section 4):
@@ -10,7 +9,7 @@ export type ErrorLog = (message: string) => void
  * means the same to this API's client, anything else a 500 whose cause goes
  * to the log, never to the client. A request no route answered is a JSON 404.
  */
-export function errorRenderer(log: ErrorLog): Middleware {
+export function errorRenderer(log: Log): Middleware {
   return async (ctx, next) => {
     try {
       await next()
@@ -21,22 +20,37 @@ export function errorRenderer(log: ErrorLog): Middleware {
           `no route for ${ctx.method} ${ctx.path}; the API's routes are under /api/pipelines, /api/runs, /api/features and /api/drivers`,
         )
       }
-      if (ctx.status === 405 && ctx.body == null) {
+      // @koa/router's allowedMethods answers 405 for a method a path does not take, and 501 for
+      // one no route of its router takes (PROPFIND, TRACE): both are a method this path does not answer.
+      if ((ctx.status === 405 || ctx.status === 501) && ctx.body == null) {
+        const allowed = ctx.response.get("Allow")
+        if (allowed === "") {
+          throw new RunnelError(
+            404,
+            "no_route",
+            `no route for ${ctx.method} ${ctx.path}; the API answers GET, HEAD, PUT, POST and DELETE under /api/pipelines, /api/runs, /api/features and /api/drivers`,
+          )
+        }
         throw new RunnelError(
           405,
           "method_not_allowed",
-          `${ctx.path} does not answer ${ctx.method}; it answers ${ctx.response.get("Allow")}`,
+          `${ctx.path} does not answer ${ctx.method}; it answers ${allowed}`,
         )
       }
+      if (ctx.status >= 400 && ctx.body == null) {
+        throw new RunnelError(ctx.status, "http_error", `${ctx.method} ${ctx.path} failed: ${ctx.message}`)
+      }
     } catch (error) {
-      const { status, message } = responseOf(error, log)
+      const { status, message } = responseOf(error, (cause) =>
+        log("api.error", { method: ctx.method, path: ctx.path, error: cause }),
+      )
       ctx.status = status
       ctx.body = { error: message }
     }
   }
 }
 
-function responseOf(error: unknown, log: ErrorLog): { status: number; message: string } {
+function responseOf(error: unknown, logCause: (cause: string) => void): { status: number; message: string } {
   if (error instanceof RunnelError) return { status: error.status, message: error.message }
   if (error instanceof ApiException) return kubeResponse(error.code, kubeMessage(error))
   const koaError = error as { status?: unknown; expose?: unknown; message?: unknown }
@@ -47,7 +61,7 @@ function responseOf(error: unknown, log: ErrorLog): { status: number; message: s
   if (code === "ECONNREFUSED" || code === "ECONNRESET" || code === "ETIMEDOUT") {
     return { status: 503, message: `the Kubernetes API is unreachable: ${errorMessage(error)}; try again shortly` }
   }
-  log(`internal error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`)
+  logCause(error instanceof Error ? (error.stack ?? error.message) : String(error))
   return { status: 500, message: "internal error; the server log has the details" }
 }
 

@@ -1,9 +1,11 @@
 import { randomBytes } from "node:crypto"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
+import type { ResourceIndex } from "./resource-index.ts"
 import { findPipeline, type Resources, type RunResource, runnelApiVersion } from "./resources.ts"
 
 export type NewRunDeps = {
-  resources: Pick<Resources, "getPipeline" | "listPipelines" | "listRuns" | "createRun">
+  resources: Pick<Resources, "getPipeline" | "createRun">
+  index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Queued Runs beyond which a new run answers 503. */
   maxQueueSize: number
 }
@@ -14,11 +16,11 @@ export type NewRunDeps = {
  * it is paused, 503 when the queue is full, all before anything is created.
  */
 export async function createRun(
-  { resources, maxQueueSize }: NewRunDeps,
+  { resources, index, maxQueueSize }: NewRunDeps,
   key: string,
   trigger: { type: string; args: string[] },
 ): Promise<RunResource> {
-  const pipeline = await findPipeline(resources, key)
+  const pipeline = await findPipeline(resources, index.pipelines, key)
   if (pipeline === undefined) throw notFound("pipeline", key)
   const name = pipeline.metadata?.name ?? ""
   if (pipeline.spec.paused === true) {
@@ -30,7 +32,7 @@ export async function createRun(
   }
   // Count and create under one lock: two triggers never both see room for one more Run.
   return admitted(resources, async () => {
-    const queued = (await resources.listRuns()).filter((run) => (run.status?.phase ?? "queued") === "queued").length
+    const queued = index.runs.queued()
     if (queued >= maxQueueSize) {
       throw new RunnelError(
         503,
@@ -38,7 +40,7 @@ export async function createRun(
         `the run queue is full (${queued} queued runs, --max-queue-size ${maxQueueSize}); try again once runs have started`,
       )
     }
-    return resources.createRun({
+    const run = await resources.createRun({
       apiVersion: runnelApiVersion,
       kind: "Run",
       metadata: {
@@ -48,16 +50,18 @@ export async function createRun(
       },
       spec: { pipelineRef: { name }, trigger: { type: trigger.type, by: "anonymous", args: trigger.args } },
     })
+    index.runs.observe(run)
+    return run
   })
 }
 
 /**
  * The tail of each resources' admission queue. One API server process admits
  * runs (ARCHITECTURE.md: the stores are on one Pod), so a lock in this process
- * makes count-then-create atomic: a Run created under the lock is in the next
- * holder's list, because the Kubernetes API (embedded or a cluster) answers a
- * list without resourceVersion with every write it has acknowledged. Runs the
- * operator starts meanwhile only leave the queue, so the count never runs low.
+ * makes count-then-create atomic: a Run created under the lock is in the
+ * index before the next holder counts. Runs the operator starts meanwhile
+ * only leave the queue, and the index learns of that from the watch a little
+ * later, so the count may run high for a moment, never low.
  */
 const admissionTails = new WeakMap<object, Promise<unknown>>()
 

@@ -2,12 +2,12 @@ import {
   ApiException,
   CustomObjectsApi,
   type KubeConfig,
-  type KubernetesListObject,
   type KubernetesObject,
   PatchStrategy,
   setHeaderOptions,
 } from "@kubernetes/client-node"
 import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
+import type { ObjectIndex } from "./resource-index.ts"
 
 /**
  * The Pipeline and Run resources as the API server reads and writes them
@@ -49,7 +49,6 @@ export type RunResource = KubernetesObject & {
 
 /** The resource calls the routes make; each route asks only for the ones it uses. */
 export type Resources = {
-  listPipelines(): Promise<PipelineResource[]>
   /** `undefined` when there is no Pipeline of that name. */
   getPipeline(name: string): Promise<PipelineResource | undefined>
   createPipeline(pipeline: PipelineResource): Promise<PipelineResource>
@@ -58,7 +57,6 @@ export type Resources = {
   patchPipeline(name: string, patch: Partial<PipelineResource>): Promise<PipelineResource | undefined>
   /** `false` when it was already gone. Its Runs go with it (owner references). */
   deletePipeline(name: string): Promise<boolean>
-  listRuns(): Promise<RunResource[]>
   getRun(name: string): Promise<RunResource | undefined>
   createRun(run: RunResource): Promise<RunResource>
   patchRun(name: string, patch: Partial<RunResource>): Promise<RunResource | undefined>
@@ -72,10 +70,7 @@ const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch)
 export function kubeResources(kubeConfig: KubeConfig, namespace: string): Resources {
   const objects = kubeConfig.makeApiClient(CustomObjectsApi)
   const where = (plural: "pipelines" | "runs") => ({ group: "runnel.dev", version: "v1alpha1", namespace, plural })
-  const list = async <T>(plural: "pipelines" | "runs"): Promise<T[]> =>
-    ((await objects.listNamespacedCustomObject(where(plural))) as KubernetesListObject<KubernetesObject & T>).items
   return {
-    listPipelines: () => list<PipelineResource>("pipelines"),
     getPipeline: (name) => ifGone(objects.getNamespacedCustomObject({ ...where("pipelines"), name })),
     createPipeline: (body) => objects.createNamespacedCustomObject({ ...where("pipelines"), body }),
     replacePipeline: (body) =>
@@ -86,7 +81,6 @@ export function kubeResources(kubeConfig: KubeConfig, namespace: string): Resour
       (await ifGone(
         objects.deleteNamespacedCustomObject({ ...where("pipelines"), name, propagationPolicy: "Background" }),
       )) !== undefined,
-    listRuns: () => list<RunResource>("runs"),
     getRun: (name) => ifGone(objects.getNamespacedCustomObject({ ...where("runs"), name })),
     createRun: (body) => objects.createNamespacedCustomObject({ ...where("runs"), body }),
     patchRun: (name, body) => ifGone(objects.patchNamespacedCustomObject({ ...where("runs"), name, body }, merge)),
@@ -108,15 +102,16 @@ async function ifGone<T>(call: Promise<T>): Promise<T | undefined> {
 
 /**
  * The Pipeline a path parameter names: contract.md section 4 lets `:name` and
- * `:id` be either the name or the id (metadata.uid). `undefined` when neither matches.
+ * `:id` be either the name or the id (metadata.uid). A name is read from the
+ * Kubernetes API, an id found in the index. `undefined` when neither matches.
  */
 export async function findPipeline(
-  resources: Pick<Resources, "getPipeline" | "listPipelines">,
+  resources: Pick<Resources, "getPipeline">,
+  pipelines: Pick<ObjectIndex<PipelineResource>, "find">,
   key: string,
 ): Promise<PipelineResource | undefined> {
   const byName = isResourceName(key) ? await resources.getPipeline(key) : undefined
-  if (byName !== undefined) return byName
-  return (await resources.listPipelines()).find((pipeline) => pipeline.metadata?.uid === key)
+  return byName ?? pipelines.find((pipeline) => pipeline.metadata?.uid === key)
 }
 
 /** Kubernetes resource names (contract.md section 4). */

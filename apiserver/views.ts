@@ -64,18 +64,22 @@ export function pageOf(query: Record<string, string | string[] | undefined>): Pa
   return { page: number("page", 1, Number.MAX_SAFE_INTEGER), perPage: number("per_page", 20, 100) }
 }
 
-/** The paginated envelope of contract.md section 4. */
-export function paginate<T>(items: readonly T[], { page, perPage }: Page) {
-  const totalPages = Math.ceil(items.length / perPage)
+/** The paginated envelope of contract.md section 4 around the items of one page. */
+export function pageEnvelope<T>(items: readonly T[], totalItems: number, { page, perPage }: Page) {
+  const totalPages = Math.ceil(totalItems / perPage)
   return {
-    items: items.slice((page - 1) * perPage, page * perPage),
+    items,
     page,
     per_page: perPage,
-    total_items: items.length,
+    total_items: totalItems,
     total_pages: totalPages,
     has_next: page < totalPages,
   }
 }
+
+/** One page of `items` in its envelope. */
+export const paginate = <T>(items: readonly T[], page: Page) =>
+  pageEnvelope(items.slice((page.page - 1) * page.perPage, page.page * page.perPage), items.length, page)
 
 /** A query parameter given once, as a string; a repeated one is a 400. */
 export function queryString(query: Record<string, string | string[] | undefined>, name: string): string | undefined {

@@ -1,7 +1,6 @@
 import { createServer } from "node:http"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
-import { kubeResources } from "../apiserver/resources.ts"
 import { parseFeatures } from "../lib/config/features.ts"
 import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { badRequest } from "../lib/core/errors.ts"
@@ -80,20 +79,27 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
 
   let draining = false
   const store: LogStore = await openSqliteLogStore(logStorePath(settings.storagePath))
-  const api = configuredApiServer({
-    resources: kubeResources(kubeConfig, settings.namespace),
-    logs: store,
-    defaultDriver: settings.driver,
-    allowedDrivers: settings.allowedDrivers,
-    maxQueueSize,
-    features,
-    maxBodyBytes,
-    draining: () => draining,
-  })
+  let api: Awaited<ReturnType<typeof configuredApiServer>>
+  try {
+    api = await configuredApiServer({
+      kubeConfig,
+      namespace: settings.namespace,
+      logs: store,
+      defaultDriver: settings.driver,
+      allowedDrivers: settings.allowedDrivers,
+      maxQueueSize,
+      features,
+      maxBodyBytes,
+      draining: () => draining,
+    })
+  } catch (error) {
+    await store.close()
+    throw error
+  }
   const http = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0] ?? "/"
     if (/^\/api(\/|$)/.test(path)) {
-      api(req, res)
+      api.callback(req, res)
     } else if (path === "/health" && (req.method === "GET" || req.method === "HEAD")) {
       send(res, draining ? 503 : 200, draining ? { status: "shutting down" } : { status: "ok" })
     } else {
@@ -106,6 +112,7 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
   try {
     address = await listen(http, port, host)
   } catch (error) {
+    await api.stop()
     await store.close()
     throw error
   }
@@ -115,6 +122,7 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
   )
   onShutdownSignal(async () => {
     draining = true
+    await api.stop()
     await closeHttp(http)
     await store.close()
   })

@@ -8,9 +8,9 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
 import { type Operator, startOperator } from "../operator/operator.ts"
-import type { OperatorLog } from "../operator/operator-log.ts"
 import { driverRegistry } from "./drivers.ts"
 import { addFlags } from "./flags.ts"
+import { processLog } from "./log.ts"
 
 /** The flags of the operator role, shared by `runnel operator` and `runnel server`. */
 export const operatorFlags: readonly FlagSpec[] = [
@@ -119,14 +119,6 @@ export function logStorePath(storagePath: string): string {
   return `${storagePath.slice(0, storagePath.length - extension.length)}-logs${extension}`
 }
 
-/** Operator log events as one line each on stderr: `runnel: run.finished run=x phase=success`. */
-export const stderrLog: OperatorLog = (event, fields = {}) => {
-  const parts = Object.entries(fields).map(
-    ([key, value]) => `${key}=${typeof value === "string" ? JSON.stringify(value) : String(value)}`,
-  )
-  process.stderr.write(`runnel: ${[event, ...parts].join(" ")}\n`)
-}
-
 /** The composition of the operator role: the registry's drivers, the global secrets, the flags' limits. */
 export function startConfiguredOperator(
   settings: OperatorSettings,
@@ -144,7 +136,7 @@ export function startConfiguredOperator(
     allowedDrivers: settings.allowedDrivers,
     maxInFlight: settings.maxInFlight,
     limits: settings.limits,
-    log: stderrLog,
+    log: processLog(),
   })
 }
 

@@ -3,8 +3,7 @@ import type { AddressInfo } from "node:net"
 import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
-import { type ApiServerDeps, createApiServer } from "../apiserver/app.ts"
-import { kubeResources } from "../apiserver/resources.ts"
+import { startApiServer } from "../apiserver/app.ts"
 import { parseFeatures } from "../lib/config/features.ts"
 import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
@@ -15,6 +14,7 @@ import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { Operator } from "../operator/operator.ts"
 import { driverRegistry } from "./drivers.ts"
 import { addFlags } from "./flags.ts"
+import { processLog } from "./log.ts"
 import { logStorePath, onShutdownSignal, operatorFlags, operatorSettings, startConfiguredOperator } from "./operator.ts"
 
 export const serverFlags: readonly FlagSpec[] = [
@@ -83,6 +83,7 @@ async function server(options: Record<string, unknown>): Promise<void> {
   })
   let store: LogStore | undefined
   let operator: Operator | undefined
+  let apiServer: Awaited<ReturnType<typeof startApiServer>> | undefined
   let closing: Promise<void> | undefined
   const close = (now: boolean): Promise<void> => {
     if (closing !== undefined) {
@@ -93,6 +94,7 @@ async function server(options: Record<string, unknown>): Promise<void> {
     closing = (async () => {
       // The operator writes its runs' final status through the HTTP server, so it stops first.
       await operator?.stop(now ? 0 : settings.shutdownGraceMs)
+      await apiServer?.stop()
       await closeHttp(http)
       embedded?.close()
       await store?.close()
@@ -110,8 +112,9 @@ async function server(options: Record<string, unknown>): Promise<void> {
       )
     store = await openSqliteLogStore(logStorePath(settings.storagePath))
     operator = await startConfiguredOperator(settings, kubeConfig, store)
-    api = configuredApiServer({
-      resources: kubeResources(kubeConfig, settings.namespace),
+    apiServer = await configuredApiServer({
+      kubeConfig,
+      namespace: settings.namespace,
       logs: store,
       defaultDriver: settings.driver,
       allowedDrivers: settings.allowedDrivers,
@@ -120,6 +123,7 @@ async function server(options: Record<string, unknown>): Promise<void> {
       maxBodyBytes,
       draining: () => draining,
     })
+    api = apiServer.callback
     warnOpenAccess(host)
     process.stdout.write(`runnel: listening on http://${urlHost(host)}:${address.port}\n`)
   } catch (error) {
@@ -131,18 +135,20 @@ async function server(options: Record<string, unknown>): Promise<void> {
 
 /** The API server with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */
 export function configuredApiServer(
-  deps: Omit<ApiServerDeps, "log" | "audit" | "allowedDrivers"> & { allowedDrivers: readonly string[] | "*" },
-): (req: IncomingMessage, res: ServerResponse) => void {
-  return createApiServer({
+  deps: Omit<Parameters<typeof startApiServer>[0], "log" | "audit" | "allowedDrivers"> & {
+    allowedDrivers: readonly string[] | "*"
+  },
+): ReturnType<typeof startApiServer> {
+  return startApiServer({
     ...deps,
     allowedDrivers: deps.allowedDrivers === "*" ? driverRegistry().names() : deps.allowedDrivers,
-    log: (message) => process.stderr.write(`runnel: api: ${message}\n`),
+    log: processLog(),
     // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
     audit: ({ event, ...fields }) =>
       process.stdout.write(
         `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
       ),
-  }).callback()
+  })
 }
 
 /** Open access beyond this machine is said loudly, on one stderr line: there is no authentication yet. */

@@ -1,6 +1,6 @@
 import { badRequest, errorMessage } from "../lib/core/errors.ts"
+import type { Log } from "../lib/core/log.ts"
 import type { Driver, DriverConfig } from "./drivers/driver.ts"
-import type { OperatorLog } from "./operator-log.ts"
 
 /** Makes a driver by name from a pipeline's driverConfig; the composition code in cli/ names the implementations. */
 export type DriverSource = (name: string, config: DriverConfig) => Driver
@@ -14,10 +14,10 @@ export type DriverSource = (name: string, config: DriverConfig) => Driver
 export class DriverPool {
   readonly #source: DriverSource
   readonly #allowed: readonly string[] | "*"
-  readonly #log: OperatorLog
+  readonly #log: Log
   readonly #drivers = new Map<string, Promise<Driver>>()
 
-  constructor(options: { source: DriverSource; allowed: readonly string[] | "*"; log: OperatorLog }) {
+  constructor(options: { source: DriverSource; allowed: readonly string[] | "*"; log: Log }) {
     this.#source = options.source
     this.#allowed = options.allowed
     this.#log = options.log

@@ -1,10 +1,10 @@
 import type { KubeConfig } from "@kubernetes/client-node"
+import { type Log, quietLog } from "../lib/core/log.ts"
+import { type Informer, startInformer } from "../lib/kube/informer.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretResolver } from "../lib/secrets/secret-resolver.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
-import { type Informer, startInformer } from "./informer.ts"
-import { type OperatorLog, quietLog } from "./operator-log.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
 import { ResourceClient } from "./resource-client.ts"
 import type { PipelineObject, RunObject } from "./resources.ts"
@@ -28,7 +28,7 @@ export type OperatorOptions = {
   readonly limits: SandboxLimits
   /** Progress writes to a Run's status are coalesced within this window; 150 ms by default. */
   readonly statusThrottleMs?: number
-  readonly log?: OperatorLog
+  readonly log?: Log
 }
 
 /**

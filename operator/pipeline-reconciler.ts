@@ -1,6 +1,6 @@
 import { errorMessage } from "../lib/core/errors.ts"
-import type { Informer } from "./informer.ts"
-import type { OperatorLog } from "./operator-log.ts"
+import type { Log } from "../lib/core/log.ts"
+import type { Informer } from "../lib/kube/informer.ts"
 import { checkPipelineContent } from "./pipeline-check.ts"
 import type { ResourceClient } from "./resource-client.ts"
 import { kubeTime, type PipelineObject, type PipelineSpec, withCondition } from "./resources.ts"
@@ -51,12 +51,12 @@ export class PipelineGenerations {
  */
 export class PipelineReconciler {
   readonly #client: ResourceClient
-  readonly #log: OperatorLog
+  readonly #log: Log
   readonly #pending = new Set<string>()
   #informer: Informer<PipelineObject> | undefined
   #working: Promise<void> | undefined
 
-  constructor(options: { client: ResourceClient; log: OperatorLog }) {
+  constructor(options: { client: ResourceClient; log: Log }) {
     this.#client = options.client
     this.#log = options.log
   }

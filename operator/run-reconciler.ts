@@ -1,9 +1,11 @@
 import { createHash } from "node:crypto"
 import type { V1OwnerReference } from "@kubernetes/client-node"
 import { errorMessage } from "../lib/core/errors.ts"
+import type { Log } from "../lib/core/log.ts"
 import type { TaskRecord } from "../lib/core/run.ts"
 import { type FinalRunStatus, runExitCode } from "../lib/core/status.ts"
 import { consoleTaskPath } from "../lib/core/task-path.ts"
+import type { Informer } from "../lib/kube/informer.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { scriptFilename } from "../lib/script/pipeline-check.ts"
 import type { SecretResolver } from "../lib/secrets/secret-resolver.ts"
@@ -11,8 +13,6 @@ import type { DriverPool } from "./driver-pool.ts"
 import { RunAborted, runScript, type TriggerType } from "./engine/engine.ts"
 import { journalFromStore } from "./engine/journal.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
-import type { Informer } from "./informer.ts"
-import type { OperatorLog } from "./operator-log.ts"
 import type { PipelineGenerations } from "./pipeline-reconciler.ts"
 import type { ResourceClient } from "./resource-client.ts"
 import {
@@ -46,7 +46,7 @@ export type RunReconcilerOptions = {
   readonly maxInFlight: number
   /** Progress writes to a Run's status within this window are coalesced into one. */
   readonly statusThrottleMs: number
-  readonly log: OperatorLog
+  readonly log: Log
 }
 
 const retryAfterFailureMs = 1_000

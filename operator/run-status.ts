@@ -1,8 +1,8 @@
 import { ApiException } from "@kubernetes/client-node"
 import { errorMessage } from "../lib/core/errors.ts"
+import type { Log } from "../lib/core/log.ts"
 import type { TaskRecord } from "../lib/core/run.ts"
 import type { RunObserver } from "./engine/run-observer.ts"
-import type { OperatorLog } from "./operator-log.ts"
 import type { RunStatusFields, StatusTask } from "./resources.ts"
 
 /** Writes one Run's status; resolves false when the Run is gone. */
@@ -21,14 +21,14 @@ const finalAttempts = 8
 export class RunStatusWriter {
   readonly #write: StatusWrite
   readonly #throttleMs: number
-  readonly #log: OperatorLog
+  readonly #log: Log
   readonly #run: string
   #pending: RunStatusFields | undefined
   #timer: NodeJS.Timeout | undefined
   #chain: Promise<unknown> = Promise.resolve()
   #closed = false
 
-  constructor(options: { run: string; write: StatusWrite; throttleMs: number; log: OperatorLog }) {
+  constructor(options: { run: string; write: StatusWrite; throttleMs: number; log: Log }) {
     this.#run = options.run
     this.#write = options.write
     this.#throttleMs = options.throttleMs

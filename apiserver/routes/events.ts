@@ -2,9 +2,9 @@ import { setTimeout as sleep } from "node:timers/promises"
 import Router from "@koa/router"
 import type { Context } from "koa"
 import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
+import type { Log } from "../../lib/core/log.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
-import type { ErrorLog } from "../errors.ts"
 import { createRun, type NewRunDeps } from "../new-run.ts"
 import { isResourceName, type Resources, type RunResource } from "../resources.ts"
 import { openSse, type SseWriter } from "../sse.ts"
@@ -12,7 +12,7 @@ import { openSse, type SseWriter } from "../sse.ts"
 export type EventRoutesDeps = NewRunDeps & {
   resources: Pick<Resources, "getRun">
   logs: Pick<LogStore, "readChunks">
-  log: ErrorLog
+  log: Log
   /** How often a follower looks for new output while the run is quiet. */
   pollMs?: number
   /** Comment heartbeat interval of the streams. */
@@ -82,7 +82,7 @@ async function stream(ctx: Context, runId: string, afterId: number, deps: EventR
     await follow(sse, runId, afterId, deps)
   } catch (error) {
     if (!sse.signal.aborted) {
-      deps.log(`event stream of run "${runId}" failed: ${errorMessage(error)}`)
+      deps.log("api.stream.error", { run: runId, error: errorMessage(error) })
       await sse.send({ event: "error", message: `the event stream failed: ${errorMessage(error)}` })
     }
   } finally {

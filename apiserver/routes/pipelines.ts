@@ -4,7 +4,9 @@ import { inferContentType } from "../../lib/script/content-type.ts"
 import { scriptProblem } from "../../lib/script/pipeline-check.ts"
 import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
+import type { OwnWrites } from "../kubernetes-audit.ts"
 import { createRun } from "../new-run.ts"
+import type { ResourceIndex } from "../resource-index.ts"
 import {
   findPipeline,
   isResourceName,
@@ -18,16 +20,15 @@ import { pageOf, paginate, pipelineView, updatedAtAnnotation } from "../views.ts
 export type PipelineRoutesDeps = {
   resources: Pick<
     Resources,
-    | "listPipelines"
     | "getPipeline"
     | "createPipeline"
     | "replacePipeline"
     | "patchPipeline"
     | "deletePipeline"
-    | "listRuns"
     | "createRun"
     | "deleteRun"
   >
+  index: Pick<ResourceIndex, "pipelines" | "runs">
   /** The driver of a pipeline stored without one. */
   defaultDriver: string
   /** The drivers a pipeline may name. */
@@ -36,6 +37,8 @@ export type PipelineRoutesDeps = {
   maxQueueSize: number
   /** Receives one entry per change a request makes to a pipeline. */
   audit: AuditLog
+  /** The writes made here, told apart from kubectl's by the audit of the watch. */
+  own: OwnWrites
 }
 
 const pipelineFields = [
@@ -52,10 +55,12 @@ const triggerModes = ["manual", "args", "webhook"]
 /** Pipelines over the Pipeline resource, and triggers that create Runs (contract.md sections 4 and 7). */
 export function pipelineRoutes({
   resources,
+  index,
   defaultDriver,
   allowedDrivers,
   maxQueueSize,
   audit,
+  own,
 }: PipelineRoutesDeps): Router {
   const router = new Router()
   const record = (
@@ -79,7 +84,7 @@ export function pipelineRoutes({
   }
   const view = (pipeline: PipelineResource) => pipelineView(pipeline, defaultDriver)
   const found = async (key: string) => {
-    const pipeline = await findPipeline(resources, key)
+    const pipeline = await findPipeline(resources, index.pipelines, key)
     if (pipeline === undefined) throw notFound("pipeline", key)
     return pipeline
   }
@@ -141,18 +146,25 @@ export function pipelineRoutes({
   }
 
   const create = async (name: string, spec: PipelineSpec) =>
-    resources.createPipeline({
-      apiVersion: runnelApiVersion,
-      kind: "Pipeline",
-      metadata: { name, annotations: { [updatedAtAnnotation]: new Date().toISOString() } },
-      spec,
-    })
+    stored(
+      await resources.createPipeline({
+        apiVersion: runnelApiVersion,
+        kind: "Pipeline",
+        metadata: { name, annotations: { [updatedAtAnnotation]: own.stamp(name) } },
+        spec,
+      }),
+    )
+  /** A Pipeline this server wrote, in the index at once so the writer's next read sees it. */
+  const stored = (pipeline: PipelineResource) => {
+    index.pipelines.observe(pipeline)
+    return pipeline
+  }
 
   router.get("/api/pipelines", async (ctx) => {
     const page = pageOf(ctx.query)
-    const pipelines = (await resources.listPipelines()).sort((a, b) =>
-      (a.metadata?.name ?? "").localeCompare(b.metadata?.name ?? ""),
-    )
+    const pipelines = index.pipelines
+      .list()
+      .sort((a, b) => (a.metadata?.name ?? "").localeCompare(b.metadata?.name ?? ""))
     ctx.body = paginate(pipelines.map(view), page)
   })
 
@@ -160,7 +172,7 @@ export function pipelineRoutes({
     const key = ctx.params.name ?? ""
     const body = objectBody(ctx.state.body, { required: true })
     onlyFields(body, pipelineFields)
-    const existing = await findPipeline(resources, key)
+    const existing = await findPipeline(resources, index.pipelines, key)
     if (existing === undefined) {
       checkName(key)
       const created = await create(key, await specOf(key, body))
@@ -182,7 +194,7 @@ export function pipelineRoutes({
           ...current,
           metadata: {
             ...metadata,
-            annotations: { ...metadata.annotations, [updatedAtAnnotation]: new Date().toISOString() },
+            annotations: { ...metadata.annotations, [updatedAtAnnotation]: own.stamp(name) },
           },
           spec: { ...spec, paused: current.spec.paused, webhookSecretRef: current.spec.webhookSecretRef },
         })
@@ -193,6 +205,7 @@ export function pipelineRoutes({
         current = again
       }
     }
+    stored(replaced)
     recordUpsert(replaced, existing.spec)
     ctx.body = view(replaced)
   })
@@ -226,11 +239,18 @@ export function pipelineRoutes({
   router.delete("/api/pipelines/:name", async (ctx) => {
     const pipeline = await found(ctx.params.name ?? "")
     const name = pipeline.metadata?.name ?? ""
+    own.deleting(pipeline.metadata?.uid ?? "")
     await resources.deletePipeline(name)
+    index.pipelines.forget(pipeline)
     record("pipeline.delete", pipeline)
     // Runs the API created are owned by the Pipeline; Runs created with kubectl may not be.
-    const runs = (await resources.listRuns()).filter((run) => run.spec.pipelineRef.name === name)
-    await Promise.all(runs.map((run) => resources.deleteRun(run.metadata?.name ?? "")))
+    const { items: runs } = index.runs.page({ pipeline: name }, 0, Number.MAX_SAFE_INTEGER)
+    await Promise.all(
+      runs.map(async (run) => {
+        await resources.deleteRun(run.metadata?.name ?? "")
+        index.runs.forget(run)
+      }),
+    )
     ctx.status = 204
   })
 
@@ -242,10 +262,11 @@ export function pipelineRoutes({
       const pipeline = await found(ctx.params.id ?? "")
       const name = pipeline.metadata?.name ?? ""
       const patched = await resources.patchPipeline(name, {
-        metadata: { annotations: { [updatedAtAnnotation]: new Date().toISOString() } },
+        metadata: { annotations: { [updatedAtAnnotation]: own.stamp(name) } },
         spec: { paused } as PipelineSpec,
       })
       if (patched === undefined) throw notFound("pipeline", name)
+      stored(patched)
       record(paused ? "pipeline.paused" : "pipeline.unpaused", patched)
       ctx.body = view(patched)
     })
@@ -278,7 +299,7 @@ export function pipelineRoutes({
         "webhook-mode triggers arrive with runnel's webhooks; use mode manual or args",
       )
     }
-    const run = await createRun({ resources, maxQueueSize }, ctx.params.id ?? "", { type: mode, args })
+    const run = await createRun({ resources, index, maxQueueSize }, ctx.params.id ?? "", { type: mode, args })
     ctx.status = 202
     ctx.body = { run_id: run.metadata?.name }
   })

@@ -2,11 +2,13 @@ import Router from "@koa/router"
 import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { runStatuses } from "../../lib/core/status.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
+import type { ResourceIndex } from "../resource-index.ts"
 import { isResourceName, type Resources, type RunResource } from "../resources.ts"
-import { pageOf, paginate, queryString, runView } from "../views.ts"
+import { pageEnvelope, pageOf, queryString, runView } from "../views.ts"
 
 export type RunRoutesDeps = {
-  resources: Pick<Resources, "listRuns" | "getRun" | "patchRun" | "listPipelines">
+  resources: Pick<Resources, "getRun" | "patchRun">
+  index: Pick<ResourceIndex, "pipelines" | "runs">
   logs: Pick<LogStore, "tasks" | "output">
   /** The enabled feature names: gates answer only when `gates` is one. */
   features: readonly string[]
@@ -15,17 +17,16 @@ export type RunRoutesDeps = {
 const finalStatuses: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
 
 /** Runs over the Run resource, their tasks' output from the log store (contract.md sections 4 and 7). */
-export function runRoutes({ resources, logs, features }: RunRoutesDeps): Router {
+export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): Router {
   const router = new Router()
-  const pipelineIds = async () =>
-    new Map((await resources.listPipelines()).map((p) => [p.metadata?.name ?? "", p.metadata?.uid ?? ""]))
+  const pipelineIds = () => new Map(index.pipelines.list().map((p) => [p.metadata?.name ?? "", p.metadata?.uid ?? ""]))
   const found = async (id: string) => {
     // A key that cannot be a Run's name is not sent to the Kubernetes API at all.
     const run = isResourceName(id) ? await resources.getRun(id) : undefined
     if (run === undefined) throw notFound("run", id)
     return run
   }
-  const view = async (run: RunResource) => runView(run, await pipelineIds())
+  const view = (run: RunResource) => runView(run, pipelineIds())
 
   router.get("/api/runs", async (ctx) => {
     const page = pageOf(ctx.query)
@@ -33,19 +34,19 @@ export function runRoutes({ resources, logs, features }: RunRoutesDeps): Router 
     if (status !== undefined && !(runStatuses as readonly string[]).includes(status)) {
       throw badRequest(`?status=${status} is not a run status; known: ${runStatuses.join(", ")}`)
     }
-    const pipeline = queryString(ctx.query, "pipeline_id")
-    const ids = await pipelineIds()
-    const runs = (await resources.listRuns())
-      .map((run) => runView(run, ids))
-      .filter((run) => status === undefined || run.status === status)
-      .filter((run) => pipeline === undefined || run.pipeline_id === pipeline || run.pipeline_name === pipeline)
-      .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id.localeCompare(a.id))
-    ctx.body = paginate(runs, page)
+    const pipeline = pipelineName(queryString(ctx.query, "pipeline_id"))
+    const ids = pipelineIds()
+    const { items, total } = index.runs.page({ status, pipeline }, (page.page - 1) * page.perPage, page.perPage)
+    ctx.body = pageEnvelope(
+      items.map((run) => runView(run, ids)),
+      total,
+      page,
+    )
   })
 
   for (const path of ["/api/runs/:id", "/api/runs/:id/status"]) {
     router.get(path, async (ctx) => {
-      ctx.body = await view(await found(ctx.params.id ?? ""))
+      ctx.body = view(await found(ctx.params.id ?? ""))
     })
   }
 
@@ -102,8 +103,13 @@ export function runRoutes({ resources, logs, features }: RunRoutesDeps): Router 
     }
     const stopped = await resources.patchRun(id, { spec: { stop: true } } as Partial<RunResource>)
     if (stopped === undefined) throw notFound("run", id)
-    ctx.body = await view(stopped)
+    index.runs.observe(stopped)
+    ctx.body = view(stopped)
   })
+
+  /** `?pipeline_id=` takes the pipeline's id or its name; an id of no pipeline selects no run. */
+  const pipelineName = (key: string | undefined): string | undefined =>
+    key === undefined ? undefined : (index.pipelines.find((p) => p.metadata?.uid === key)?.metadata?.name ?? key)
 
   return router
 }

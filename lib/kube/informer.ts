@@ -9,8 +9,8 @@ import {
   makeInformer,
   UPDATE,
 } from "@kubernetes/client-node"
-import { errorMessage, SystemError } from "../lib/core/errors.ts"
-import type { OperatorLog } from "./operator-log.ts"
+import { errorMessage, SystemError } from "../core/errors.ts"
+import type { Log } from "../core/log.ts"
 
 export type InformerHandlers<T> = {
   /** Added or updated, including the objects of every (re)list. */
@@ -42,7 +42,7 @@ export async function startInformer<T extends KubernetesObject>(options: {
   namespace: string
   list: () => Promise<KubernetesListObject<T>>
   handlers: InformerHandlers<T>
-  log: OperatorLog
+  log: Log
 }): Promise<Informer<T>> {
   const { promise: listed, resolve: markListed, reject: refuse } = Promise.withResolvers<void>()
   const informer = makeInformer<T>(options.kubeConfig, options.path, async () => {

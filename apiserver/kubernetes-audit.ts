@@ -1,0 +1,90 @@
+import { isDeepStrictEqual } from "node:util"
+import { type AuditEntry, type AuditLog, kubernetesActor } from "./audit.ts"
+import type { IndexHandlers } from "./resource-index.ts"
+import type { PipelineResource, PipelineSpec } from "./resources.ts"
+import { updatedAtAnnotation } from "./views.ts"
+
+/** Writes remembered at most; one whose watch event never came (a relist skipped it) is dropped in time. */
+const rememberedLimit = 10_000
+
+/**
+ * The Pipeline writes this API server makes, so that the watch can tell them
+ * from changes made with kubectl or any other client. A write is known by
+ * the `runnel.dev/updated-at` stamp it sets, registered before the write is
+ * sent (its watch event may arrive before its response); a delete by the uid.
+ */
+export class OwnWrites {
+  readonly #stamps = new Map<string, number>()
+  readonly #deletes = new Set<string>()
+
+  /** The updated-at stamp for a write of pipeline `name` about to be sent. */
+  stamp(name: string): string {
+    const stamp = new Date().toISOString()
+    const key = `${name}@${stamp}`
+    this.#stamps.set(key, (this.#stamps.get(key) ?? 0) + 1)
+    if (this.#stamps.size > rememberedLimit) this.#stamps.delete(this.#stamps.keys().next().value as string)
+    return stamp
+  }
+
+  deleting(uid: string): void {
+    this.#deletes.add(uid)
+    if (this.#deletes.size > rememberedLimit) this.#deletes.delete(this.#deletes.values().next().value as string)
+  }
+
+  /** True, once, for the watch event of a write stamped here. */
+  claimWrite(pipeline: PipelineResource): boolean {
+    const key = `${pipeline.metadata?.name ?? ""}@${pipeline.metadata?.annotations?.[updatedAtAnnotation] ?? ""}`
+    const count = this.#stamps.get(key)
+    if (count === undefined) return false
+    if (count > 1) this.#stamps.set(key, count - 1)
+    else this.#stamps.delete(key)
+    return true
+  }
+
+  claimDelete(uid: string): boolean {
+    return this.#deletes.delete(uid)
+  }
+}
+
+/**
+ * Audit entries for the Pipeline changes others make through the Kubernetes
+ * API (`kubectl apply`, `edit`, `patch`, `delete`), as the index's watch sees
+ * them: the actor is `kubernetes`, or `kubernetes:<field manager>` where the
+ * API records one (a cluster's managedFields name the client, not the user).
+ * Status changes (the operator's Ready condition) are no change of the pipeline.
+ */
+export function auditForeignChanges(audit: AuditLog, own: OwnWrites): IndexHandlers<PipelineResource> {
+  const entry = (event: AuditEntry["event"], pipeline: PipelineResource, extra: Partial<AuditEntry> = {}) =>
+    audit({
+      event,
+      pipeline: pipeline.metadata?.name ?? "",
+      pipeline_id: pipeline.metadata?.uid ?? "",
+      actor: actorOf(pipeline),
+      ...extra,
+    })
+  return {
+    changed(before, after) {
+      if (own.claimWrite(after)) return
+      const previous = before?.metadata?.uid === after.metadata?.uid ? before?.spec : undefined
+      const { paused: wasPaused = false, rbacExpression: oldRbac, ...oldRest } = previous ?? ({} as PipelineSpec)
+      const { paused = false, rbacExpression: newRbac, ...newRest } = after.spec
+      if (previous === undefined || !isDeepStrictEqual(oldRest, newRest)) entry("pipeline.upsert", after)
+      if (previous !== undefined && wasPaused !== paused) {
+        entry(paused ? "pipeline.paused" : "pipeline.unpaused", after)
+      }
+      if ((oldRbac ?? null) !== (newRbac ?? null)) {
+        entry("pipeline.rbac.update", after, { old: oldRbac ?? null, new: newRbac ?? null })
+      }
+    },
+    deleted(pipeline) {
+      if (!own.claimDelete(pipeline.metadata?.uid ?? "")) entry("pipeline.delete", pipeline)
+    },
+  }
+}
+
+/** The field manager of the newest write to the object itself (not its status), as a cluster records it. */
+function actorOf(pipeline: PipelineResource): string {
+  const writes = (pipeline.metadata?.managedFields ?? []).filter((entry) => entry.subresource === undefined)
+  const newest = writes.sort((a, b) => String(b.time ?? "").localeCompare(String(a.time ?? "")))[0]
+  return newest?.manager === undefined ? kubernetesActor : `${kubernetesActor}:${newest.manager}`
+}

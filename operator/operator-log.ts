@@ -1,8 +1,0 @@
-/**
- * How the operator reports what it does: a dotted `area.event` name and
- * fields (`run.finished {run: "build-x7k2", phase: "success"}`). The CLI
- * writes them to stderr; tests and benchmarks pass a function that keeps quiet.
- */
-export type OperatorLog = (event: string, fields?: Readonly<Record<string, unknown>>) => void
-
-export const quietLog: OperatorLog = () => {}
