@@ -1,0 +1,365 @@
+import { createCipheriv, createDecipheriv, createHash, randomBytes, randomUUID } from "node:crypto"
+import { chmodSync, closeSync, fsyncSync, linkSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs"
+import { DatabaseSync, type StatementSync } from "node:sqlite"
+import { badRequest, errorMessage, RunnelError, SystemError } from "../core/errors.ts"
+import { assertSecretEntry, assertSecretScope, type SecretStore } from "./secret-store.ts"
+
+export type SqliteSecretStoreOptions = {
+  /** The database file; `:memory:` for secrets that end with the process. */
+  path: string
+  /** The AES-256 key is the SHA-256 of its UTF-8 bytes (interface.md). Without one, the key lives in `keyFile`. */
+  passphrase?: string
+  /** Where the random key is kept when no passphrase is given; `<path>.key` unless set. Created with mode 0600. */
+  keyFile?: string
+}
+
+/**
+ * Schema steps, applied in order; `PRAGMA user_version` counts the steps a
+ * file has. Append new steps, never edit one that has shipped.
+ */
+const migrations: readonly string[] = [
+  `CREATE TABLE secrets (
+     scope TEXT NOT NULL,
+     key TEXT NOT NULL,
+     iv BLOB NOT NULL,
+     tag BLOB NOT NULL,
+     ciphertext BLOB NOT NULL,
+     PRIMARY KEY (scope, key)
+   ) WITHOUT ROWID;
+   -- One row: a known text encrypted with the key the file was created with, so that a wrong key fails at open.
+   CREATE TABLE key_check (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     source TEXT NOT NULL,
+     iv BLOB NOT NULL,
+     tag BLOB NOT NULL,
+     ciphertext BLOB NOT NULL
+   );`,
+]
+
+const busyTimeoutMs = 5_000
+const keyBytes = 32
+const ivBytes = 12
+const tagBytes = 16
+/** A key file holds the key in base64 (44 characters), so that it can be copied into a Kubernetes Secret as is. */
+const keyFilePattern = /^[A-Za-z0-9+/]{43}=$/
+const keyCheckText = "runnel secret store key check"
+const keyCheckAad = Buffer.from("runnel:key-check")
+
+/** How the key of a database was chosen; stored beside the key check, so a mismatch can say what to do. */
+type KeySource = "passphrase" | "key-file" | "memory"
+type Sealed = { iv: Uint8Array; tag: Uint8Array; ciphertext: Uint8Array }
+
+/**
+ * Opens (creating or migrating) the secret store in the SQLite file at `path`.
+ * Two processes (API server and operator) may have one file open at once:
+ * WAL lets them read beside each other's writes, and busy_timeout makes a
+ * writer wait for the other's transaction instead of failing.
+ */
+export async function openSqliteSecretStore(options: SqliteSecretStoreOptions): Promise<SecretStore> {
+  const { path, passphrase } = options
+  if (passphrase === "") {
+    throw badRequest("the secrets passphrase is empty: give a non-empty passphrase, or none to use a key file")
+  }
+  if (passphrase !== undefined && options.keyFile !== undefined) {
+    throw badRequest("give the secret store a passphrase or a key file, not both")
+  }
+  let db: DatabaseSync
+  try {
+    db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  } catch (error) {
+    throw new SystemError(`cannot open the secret store "${path}": ${errorMessage(error)}`, { cause: error })
+  }
+  let key: Buffer | undefined
+  try {
+    db.exec("PRAGMA journal_mode = WAL")
+    migrate(db)
+    const opened = chooseKey(db, options)
+    key = opened.key
+    checkKey(db, opened.key, opened.source, options)
+    return new SqliteSecretStore(db, opened.key)
+  } catch (error) {
+    key?.fill(0)
+    db.close()
+    throw error
+  }
+}
+
+function migrate(db: DatabaseSync): void {
+  const version = () => Number(db.prepare("PRAGMA user_version").get()?.user_version ?? 0)
+  if (version() >= migrations.length) return
+  // IMMEDIATE: two processes opening a new file at once take turns, and the second sees the first's steps.
+  transaction(db, () => {
+    for (let step = version(); step < migrations.length; step++) {
+      db.exec(migrations[step] ?? "")
+      db.exec(`PRAGMA user_version = ${step + 1}`)
+    }
+  })
+}
+
+function transaction<T>(db: DatabaseSync, work: () => T): T {
+  db.exec("BEGIN IMMEDIATE")
+  try {
+    const result = work()
+    db.exec("COMMIT")
+    return result
+  } catch (error) {
+    db.exec("ROLLBACK")
+    throw error
+  }
+}
+
+const mismatch = (message: string) => new RunnelError(500, "secrets_key_mismatch", message)
+const passphraseFlag = "--secrets-sqlite-passphrase"
+
+function readKeyCheck(db: DatabaseSync): (Sealed & { source: KeySource }) | undefined {
+  const row = db.prepare("SELECT source, iv, tag, ciphertext FROM key_check WHERE id = 1").get()
+  if (row === undefined) return undefined
+  return {
+    source: String(row.source) as KeySource,
+    iv: row.iv as Uint8Array,
+    tag: row.tag as Uint8Array,
+    ciphertext: row.ciphertext as Uint8Array,
+  }
+}
+
+/**
+ * The key to open the file with. A database that already has a key check
+ * says how its key was chosen; a key file it needs is never made up anew,
+ * since a new key could not read what the old one wrote.
+ */
+function chooseKey(db: DatabaseSync, options: SqliteSecretStoreOptions): { key: Buffer; source: KeySource } {
+  const { path, passphrase } = options
+  const stored = readKeyCheck(db)
+  if (passphrase !== undefined) {
+    return { key: createHash("sha256").update(passphrase, "utf8").digest(), source: "passphrase" }
+  }
+  if (stored?.source === "passphrase") {
+    throw mismatch(
+      `the secret store "${path}" was created with a passphrase and none was given: the passphrase does not match the one the database was created with; start with that passphrase (${passphraseFlag})`,
+    )
+  }
+  if (path === ":memory:" && options.keyFile === undefined) return { key: randomBytes(keyBytes), source: "memory" }
+  const keyFile = options.keyFile ?? `${path}.key`
+  const existing = readKeyFile(keyFile)
+  if (existing !== undefined) return { key: existing, source: "key-file" }
+  if (stored !== undefined) {
+    throw mismatch(
+      `the secret store "${path}" was created with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt the stored secrets)`,
+    )
+  }
+  return { key: createKeyFile(keyFile), source: "key-file" }
+}
+
+function readKeyFile(file: string): Buffer | undefined {
+  let text: string
+  try {
+    text = readFileSync(file, "utf8").trim()
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined
+    throw new SystemError(`cannot read the secrets key file "${file}": ${errorMessage(error)}`, { cause: error })
+  }
+  // Never quote the file's content: it is the key, or something close to it.
+  if (!keyFilePattern.test(text)) {
+    throw new RunnelError(
+      500,
+      "secrets_key_invalid",
+      `the secrets key file "${file}" does not hold a key: it must hold ${keyBytes} random bytes in base64`,
+    )
+  }
+  return Buffer.from(text, "base64")
+}
+
+/**
+ * Writes a new random key to `file`, readable by its owner alone. The key is
+ * written to a temporary file first and linked into place, which fails if the
+ * file exists: of two processes creating it at once, one wins and the other
+ * reads the winner's key, never a half-written file.
+ */
+function createKeyFile(file: string): Buffer {
+  const key = randomBytes(keyBytes)
+  const temp = `${file}.${randomUUID()}.tmp`
+  try {
+    const fd = openSync(temp, "wx", 0o600)
+    try {
+      writeSync(fd, `${key.toString("base64")}\n`)
+      fsyncSync(fd)
+    } finally {
+      closeSync(fd)
+    }
+    // The umask only takes permissions away, but a filesystem may ignore the mode given to open().
+    chmodSync(temp, 0o600)
+    linkSync(temp, file)
+    return key
+  } catch (error) {
+    key.fill(0)
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") {
+      const winner = readKeyFile(file)
+      if (winner !== undefined) return winner
+    }
+    throw new SystemError(`cannot create the secrets key file "${file}": ${errorMessage(error)}`, { cause: error })
+  } finally {
+    try {
+      unlinkSync(temp)
+    } catch {
+      // Never created, or already gone.
+    }
+  }
+}
+
+/**
+ * Stores the key check if the file has none yet, then decrypts the stored
+ * one: the key is right if and only if that succeeds. Inside one IMMEDIATE
+ * transaction, so that of two processes creating the file at once, the
+ * second checks its key against the first's.
+ */
+function checkKey(db: DatabaseSync, key: Buffer, source: KeySource, options: SqliteSecretStoreOptions): void {
+  const stored = transaction(db, () => {
+    const existing = readKeyCheck(db)
+    if (existing !== undefined) return existing
+    const sealed = seal(key, keyCheckText, keyCheckAad)
+    db.prepare("INSERT INTO key_check (id, source, iv, tag, ciphertext) VALUES (1, ?, ?, ?, ?)").run(
+      source,
+      sealed.iv,
+      sealed.tag,
+      sealed.ciphertext,
+    )
+    return { source, ...sealed }
+  })
+  if (unseal(key, stored, keyCheckAad) === keyCheckText) return
+  const { path } = options
+  if (source === "passphrase" && stored.source === "passphrase") {
+    throw mismatch(
+      `the passphrase does not match the one the secret store "${path}" was created with; start with that passphrase (${passphraseFlag}), or give a new passphrase with a new database file`,
+    )
+  }
+  if (source === "passphrase") {
+    throw mismatch(
+      `the passphrase does not match the key the secret store "${path}" was created with: it was created without a passphrase, with its key in a key file; start without ${passphraseFlag}, or give the passphrase with a new database file`,
+    )
+  }
+  throw mismatch(
+    `the key in "${options.keyFile ?? `${path}.key`}" does not match the one the secret store "${path}" was created with; restore the original key file`,
+  )
+}
+
+function seal(key: Buffer, plaintext: string, aad: Buffer): Sealed {
+  // A fresh IV per value: GCM with a key and IV used twice leaks the XOR of the plaintexts and the authentication key.
+  const iv = randomBytes(ivBytes)
+  const cipher = createCipheriv("aes-256-gcm", key, iv, { authTagLength: tagBytes })
+  cipher.setAAD(aad)
+  const ciphertext = Buffer.concat([cipher.update(plaintext, "utf8"), cipher.final()])
+  return { iv, tag: cipher.getAuthTag(), ciphertext }
+}
+
+/** The plaintext, or undefined when the key, the AAD or any stored byte is not what sealed it. */
+function unseal(key: Buffer, sealed: Sealed, aad: Buffer): string | undefined {
+  if (sealed.iv.length !== ivBytes || sealed.tag.length !== tagBytes) return undefined
+  try {
+    const decipher = createDecipheriv("aes-256-gcm", key, sealed.iv, { authTagLength: tagBytes })
+    decipher.setAAD(aad)
+    decipher.setAuthTag(sealed.tag)
+    // final() throws when the tag does not verify; update()'s output is not to be trusted before it.
+    const plaintext = Buffer.concat([decipher.update(sealed.ciphertext), decipher.final()])
+    return plaintext.toString("utf8")
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Binds a value to its row: a ciphertext copied to another key or scope does
+ * not decrypt there. JSON, so that no scope and key pair reads as another.
+ */
+const rowAad = (scope: string, key: string) => Buffer.from(JSON.stringify(["runnel:secret", scope, key]), "utf8")
+
+class SqliteSecretStore implements SecretStore {
+  readonly #db: DatabaseSync
+  readonly #key: Buffer
+  readonly #upsert: StatementSync
+  readonly #select: StatementSync
+  readonly #selectKeys: StatementSync
+  readonly #selectScope: StatementSync
+  readonly #delete: StatementSync
+  readonly #deleteScope: StatementSync
+  #closed = false
+
+  constructor(db: DatabaseSync, key: Buffer) {
+    this.#db = db
+    this.#key = key
+    this.#upsert = db.prepare(
+      `INSERT INTO secrets (scope, key, iv, tag, ciphertext) VALUES (?, ?, ?, ?, ?)
+       ON CONFLICT (scope, key) DO UPDATE SET iv = excluded.iv, tag = excluded.tag, ciphertext = excluded.ciphertext`,
+    )
+    this.#select = db.prepare("SELECT iv, tag, ciphertext FROM secrets WHERE scope = ? AND key = ?")
+    this.#selectKeys = db.prepare("SELECT key FROM secrets WHERE scope = ? ORDER BY key")
+    this.#selectScope = db.prepare("SELECT key, iv, tag, ciphertext FROM secrets WHERE scope = ? ORDER BY key")
+    this.#delete = db.prepare("DELETE FROM secrets WHERE scope = ? AND key = ?")
+    this.#deleteScope = db.prepare("DELETE FROM secrets WHERE scope = ?")
+  }
+
+  async set(scope: string, entries: Readonly<Record<string, string>>): Promise<void> {
+    this.#assertOpen()
+    assertSecretScope(scope)
+    const pairs = Object.entries(entries)
+    // Every entry is checked before any is written: a bad one leaves the store as it was.
+    for (const [key, value] of pairs) assertSecretEntry(key, value)
+    if (pairs.length === 0) return
+    const sealed = pairs.map(([key, value]) => ({ key, ...seal(this.#key, value, rowAad(scope, key)) }))
+    transaction(this.#db, () => {
+      for (const { key, iv, tag, ciphertext } of sealed) this.#upsert.run(scope, key, iv, tag, ciphertext)
+    })
+  }
+
+  async get(scope: string, key: string): Promise<string | undefined> {
+    this.#assertOpen()
+    assertSecretScope(scope)
+    const row = this.#select.get(scope, key)
+    return row === undefined ? undefined : this.#decrypt(scope, key, row)
+  }
+
+  async keys(scope: string): Promise<string[]> {
+    this.#assertOpen()
+    assertSecretScope(scope)
+    return this.#selectKeys.all(scope).map((row) => String(row.key))
+  }
+
+  async delete(scope: string, key: string): Promise<boolean> {
+    this.#assertOpen()
+    assertSecretScope(scope)
+    return Number(this.#delete.run(scope, key).changes) > 0
+  }
+
+  async deleteScope(scope: string): Promise<number> {
+    this.#assertOpen()
+    assertSecretScope(scope)
+    return Number(this.#deleteScope.run(scope).changes)
+  }
+
+  async values(scope: string): Promise<string[]> {
+    this.#assertOpen()
+    assertSecretScope(scope)
+    return this.#selectScope.all(scope).map((row) => this.#decrypt(scope, String(row.key), row))
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return
+    this.#closed = true
+    this.#db.close()
+    this.#key.fill(0)
+  }
+
+  #decrypt(scope: string, key: string, row: Record<string, unknown>): string {
+    const sealed = { iv: row.iv as Uint8Array, tag: row.tag as Uint8Array, ciphertext: row.ciphertext as Uint8Array }
+    const value = unseal(this.#key, sealed, rowAad(scope, key))
+    if (value === undefined) {
+      throw new SystemError(
+        `secret "${key}" in scope "${scope}" cannot be decrypted: its stored bytes were altered or copied from another secret; set it again`,
+      )
+    }
+    return value
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new Error("the secret store is closed")
+  }
+}
