@@ -1,8 +1,10 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import Koa, { type Middleware } from "koa"
+import type { Feature } from "../lib/config/features.ts"
 import { RunnelError } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
+import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { AuditLog } from "./audit.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
@@ -11,6 +13,7 @@ import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { kubeResources, type Resources } from "./resources.ts"
 import { eventRoutes } from "./routes/events.ts"
 import { metaRoutes } from "./routes/meta.ts"
+import { pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { pipelineRoutes } from "./routes/pipelines.ts"
 import { runRoutes } from "./routes/runs.ts"
 
@@ -19,6 +22,8 @@ export type ApiServerDeps = {
   resources: Resources
   /** The same resources as the watch keeps them, with this server's writes applied at once. */
   index: Pick<ResourceIndex, "pipelines" | "runs">
+  /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
+  secrets: SecretStore
   /** Task output, as the operator stores it. */
   logs: Pick<LogStore, "tasks" | "output" | "readChunks">
   /** The driver of a pipeline stored without one. */
@@ -28,7 +33,7 @@ export type ApiServerDeps = {
   /** Queued Runs beyond which triggers answer 503. */
   maxQueueSize: number
   /** The enabled feature names. */
-  features: readonly string[]
+  features: readonly Feature[]
   /** Larger request bodies answer 413. */
   maxBodyBytes: number
   /** Where the causes of 500s and failed streams go. */
@@ -49,6 +54,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   app.use(jsonBody(deps.maxBodyBytes))
   const routers = [
     pipelineRoutes(deps),
+    pipelineSecretRoutes(deps),
     runRoutes(deps),
     eventRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),

@@ -1,21 +1,36 @@
 import type { Middleware } from "koa"
 import { badRequest, RunnelError } from "../lib/core/errors.ts"
 
+/** JSON nested deeper than this is refused: no field of the API nests more than a few levels. */
+export const maxJsonDepth = 64
+
 /**
  * Reads a JSON request body into `ctx.state.body` (undefined when empty),
- * refusing more than `maxBytes` with 413 and malformed JSON with a 400 that
+ * refusing more than `maxBytes` with 413, a body sent as another media type
+ * than JSON with 415, and malformed or too deeply nested JSON with a 400 that
  * says what is wrong. Bodies of GET, HEAD and DELETE are ignored.
  */
 export function jsonBody(maxBytes: number): Middleware {
   return async (ctx, next) => {
     if (ctx.method === "POST" || ctx.method === "PUT" || ctx.method === "PATCH") {
-      ctx.state.body = await read(ctx.req, ctx.get("Content-Length"), maxBytes)
+      ctx.state.body = await read(ctx.req, ctx.get("Content-Length"), ctx.get("Content-Type"), maxBytes)
     }
     await next()
   }
 }
 
-async function read(req: AsyncIterable<Buffer>, length: string, maxBytes: number): Promise<unknown> {
+/** `application/json`, `application/<anything>+json`, or no Content-Type at all (taken as JSON). */
+function isJsonMediaType(contentType: string): boolean {
+  const mediaType = (contentType.split(";")[0] ?? "").trim().toLowerCase()
+  return mediaType === "" || mediaType === "application/json" || /^application\/[^/]+\+json$/.test(mediaType)
+}
+
+async function read(
+  req: AsyncIterable<Buffer>,
+  length: string,
+  contentType: string,
+  maxBytes: number,
+): Promise<unknown> {
   const tooLarge = () =>
     new RunnelError(
       413,
@@ -32,11 +47,42 @@ async function read(req: AsyncIterable<Buffer>, length: string, maxBytes: number
   }
   const text = Buffer.concat(chunks).toString("utf8")
   if (text.trim() === "") return undefined
+  if (!isJsonMediaType(contentType)) {
+    throw new RunnelError(
+      415,
+      "unsupported_media_type",
+      `the request body is sent as ${JSON.stringify(contentType)}; this API takes JSON: send it with Content-Type: application/json`,
+    )
+  }
+  let parsed: unknown
   try {
-    return JSON.parse(text)
+    parsed = JSON.parse(text)
   } catch (error) {
     throw badRequest(`the request body is not valid JSON: ${(error as Error).message}`)
   }
+  if (depthExceeds(parsed, maxJsonDepth)) {
+    throw badRequest(`the request body nests arrays and objects more than ${maxJsonDepth} levels deep`)
+  }
+  return parsed
+}
+
+/** Whether `value` nests arrays and objects more than `max` levels deep; iterative, so any depth is safe to ask about. */
+function depthExceeds(value: unknown, max: number): boolean {
+  const pending: [unknown, number][] = [[value, 0]]
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [item, depth] = next
+    if (item === null || typeof item !== "object") continue
+    if (depth + 1 > max) return true
+    for (const child of Object.values(item)) pending.push([child, depth + 1])
+  }
+  return false
+}
+
+/** What a JSON value is, for messages: never the value itself, which may be large. */
+function jsonKind(value: unknown): string {
+  if (value === null) return "null"
+  if (Array.isArray(value)) return "an array"
+  return `a ${typeof value}`
 }
 
 /** A JSON object body, or `{}` when the body may be empty. */
@@ -46,9 +92,7 @@ export function objectBody(body: unknown, { required }: { required: boolean }): 
     return {}
   }
   if (body === null || typeof body !== "object" || Array.isArray(body)) {
-    throw badRequest(
-      `the request body must be a JSON object, not ${Array.isArray(body) ? "an array" : JSON.stringify(body)}`,
-    )
+    throw badRequest(`the request body must be a JSON object, not ${jsonKind(body)}`)
   }
   return body as Record<string, unknown>
 }

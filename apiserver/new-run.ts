@@ -1,11 +1,14 @@
 import { randomBytes } from "node:crypto"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
+import { runScope, type SecretStore } from "../lib/secrets/secret-store.ts"
 import type { ResourceIndex } from "./resource-index.ts"
 import { findPipeline, type Resources, type RunResource, runnelApiVersion } from "./resources.ts"
 
 export type NewRunDeps = {
   resources: Pick<Resources, "getPipeline" | "createRun">
   index: Pick<ResourceIndex, "pipelines" | "runs">
+  /** Where a run's own global secrets wait for it. */
+  secrets: Pick<SecretStore, "set" | "deleteScope">
   /** Queued Runs beyond which a new run answers 503. */
   maxQueueSize: number
 }
@@ -16,9 +19,10 @@ export type NewRunDeps = {
  * it is paused, 503 when the queue is full, all before anything is created.
  */
 export async function createRun(
-  { resources, index, maxQueueSize }: NewRunDeps,
+  { resources, index, secrets, maxQueueSize }: NewRunDeps,
   key: string,
   trigger: { type: string; args: string[] },
+  globalSecrets: Readonly<Record<string, string>> = {},
 ): Promise<RunResource> {
   const pipeline = await findPipeline(resources, index.pipelines, key)
   if (pipeline === undefined) throw notFound("pipeline", key)
@@ -40,16 +44,27 @@ export async function createRun(
         `the run queue is full (${queued} queued runs, --max-queue-size ${maxQueueSize}); try again once runs have started`,
       )
     }
-    const run = await resources.createRun({
-      apiVersion: runnelApiVersion,
-      kind: "Run",
-      metadata: {
-        name: newRunId(),
-        labels: { "runnel.dev/pipeline": name },
-        ownerReferences: [{ apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" }],
-      },
-      spec: { pipelineRef: { name }, trigger: { type: trigger.type, by: "anonymous", args: trigger.args } },
-    })
+    const id = newRunId()
+    // Stored before the Run exists, so the operator finds them when it starts the run.
+    const ownSecrets = Object.keys(globalSecrets).length > 0
+    if (ownSecrets) await secrets.set(runScope(id), globalSecrets)
+    const run = await resources
+      .createRun({
+        apiVersion: runnelApiVersion,
+        kind: "Run",
+        metadata: {
+          name: id,
+          labels: { "runnel.dev/pipeline": name },
+          ownerReferences: [
+            { apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" },
+          ],
+        },
+        spec: { pipelineRef: { name }, trigger: { type: trigger.type, by: "anonymous", args: trigger.args } },
+      })
+      .catch(async (error: unknown) => {
+        if (ownSecrets) await secrets.deleteScope(runScope(id))
+        throw error
+      })
     index.runs.observe(run)
     return run
   })

@@ -1,11 +1,14 @@
 import {
   ApiException,
+  CoreV1Api,
   CustomObjectsApi,
   type KubeConfig,
   type KubernetesObject,
   PatchStrategy,
   setHeaderOptions,
+  type V1Secret,
 } from "@kubernetes/client-node"
+import { badRequest } from "../lib/core/errors.ts"
 import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
 import type { ObjectIndex } from "./resource-index.ts"
 
@@ -21,7 +24,7 @@ export type PipelineSpec = {
   driverConfig?: Record<string, unknown>
   rbacExpression?: string
   paused?: boolean
-  webhookSecretRef?: { name: string }
+  webhookSecretRef?: { name: string; key?: string }
 }
 
 export type PipelineResource = KubernetesObject & { spec: PipelineSpec }
@@ -61,14 +64,21 @@ export type Resources = {
   createRun(run: RunResource): Promise<RunResource>
   patchRun(name: string, patch: Partial<RunResource>): Promise<RunResource | undefined>
   deleteRun(name: string): Promise<boolean>
+  /** Creates or replaces the core Secret that `pipeline.spec.webhookSecretRef` names, owned by the Pipeline. */
+  putWebhookSecret(pipeline: PipelineResource, value: string): Promise<void>
+  /** `false` when it was already gone. */
+  deleteSecret(name: string): Promise<boolean>
 }
 
 export const runnelApiVersion = "runnel.dev/v1alpha1"
+/** The key of the webhook secret in its Secret's data when the reference names none (crds/). */
+export const defaultWebhookSecretKey = "webhookSecret"
 const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch)
 
 /** The resources of one namespace through client-node: the same against the embedded API and a cluster. */
 export function kubeResources(kubeConfig: KubeConfig, namespace: string): Resources {
   const objects = kubeConfig.makeApiClient(CustomObjectsApi)
+  const core = kubeConfig.makeApiClient(CoreV1Api)
   const where = (plural: "pipelines" | "runs") => ({ group: "runnel.dev", version: "v1alpha1", namespace, plural })
   return {
     getPipeline: (name) => ifGone(objects.getNamespacedCustomObject({ ...where("pipelines"), name })),
@@ -88,6 +98,29 @@ export function kubeResources(kubeConfig: KubeConfig, namespace: string): Resour
       (await ifGone(
         objects.deleteNamespacedCustomObject({ ...where("runs"), name, propagationPolicy: "Background" }),
       )) !== undefined,
+    putWebhookSecret: async (pipeline, value) => {
+      const { name: pipelineName = "", uid = "" } = pipeline.metadata ?? {}
+      const ref = pipeline.spec.webhookSecretRef
+      if (ref === undefined) throw new Error(`pipeline "${pipelineName}" names no webhook Secret`)
+      const body: V1Secret = {
+        apiVersion: "v1",
+        kind: "Secret",
+        metadata: {
+          name: ref.name,
+          labels: { "runnel.dev/pipeline": pipelineName },
+          ownerReferences: [{ apiVersion: runnelApiVersion, kind: "Pipeline", name: pipelineName, uid }],
+        },
+        type: "Opaque",
+        data: { [ref.key ?? defaultWebhookSecretKey]: Buffer.from(value, "utf8").toString("base64") },
+      }
+      const existing = await ifGone(core.readNamespacedSecret({ name: ref.name, namespace }))
+      if (existing === undefined) await core.createNamespacedSecret({ namespace, body })
+      else {
+        body.metadata = { ...body.metadata, resourceVersion: existing.metadata?.resourceVersion }
+        await core.replaceNamespacedSecret({ name: ref.name, namespace, body })
+      }
+    },
+    deleteSecret: async (name) => (await ifGone(core.deleteNamespacedSecret({ name, namespace }))) !== undefined,
   }
 }
 
@@ -102,16 +135,26 @@ async function ifGone<T>(call: Promise<T>): Promise<T | undefined> {
 
 /**
  * The Pipeline a path parameter names: contract.md section 4 lets `:name` and
- * `:id` be either the name or the id (metadata.uid). A name is read from the
- * Kubernetes API, an id found in the index. `undefined` when neither matches.
+ * `:id` be either the name or the id (metadata.uid, itself a valid name). A
+ * name is read from the Kubernetes API, an id found in the index. `undefined`
+ * when neither matches; a key that is neither is a 400 stating the rule.
  */
 export async function findPipeline(
   resources: Pick<Resources, "getPipeline">,
   pipelines: Pick<ObjectIndex<PipelineResource>, "find">,
   key: string,
 ): Promise<PipelineResource | undefined> {
-  const byName = isResourceName(key) ? await resources.getPipeline(key) : undefined
+  checkPipelineName(key)
+  const byName = await resources.getPipeline(key)
   return byName ?? pipelines.find((pipeline) => pipeline.metadata?.uid === key)
+}
+
+export function checkPipelineName(name: string): void {
+  if (!isResourceName(name)) {
+    throw badRequest(
+      `pipeline name "${name}" is not valid: use lowercase letters, digits, "-" and ".", start and end with a letter or digit, at most 63 characters`,
+    )
+  }
 }
 
 /** Kubernetes resource names (contract.md section 4). */

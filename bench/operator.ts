@@ -12,6 +12,8 @@ import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
 import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { runSecrets } from "../lib/secrets/secret-store.ts"
+import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import type { Driver } from "../operator/drivers/driver.ts"
 import { runScript } from "../operator/engine/engine.ts"
 import { startOperator } from "../operator/operator.ts"
@@ -53,7 +55,7 @@ export async function runOperatorBench(line: BenchLine): Promise<void> {
     kubeConfig,
     namespace: "default",
     store,
-    secrets: staticSecrets({}),
+    secrets: runSecrets(await openSqliteSecretStore({ path: ":memory:" }), true),
     drivers: () => noDriver,
     defaultDriver: "none",
     allowedDrivers: "*",

@@ -30,7 +30,13 @@ export type ApiClient = {
   readonly url: string
   call(method: string, path: string, body?: unknown): Promise<Answer>
   /** The events of a `text/event-stream` answer, each `data:` line parsed as JSON. */
-  events(method: string, path: string, body: unknown, signal: AbortSignal): AsyncGenerator<unknown>
+  events(
+    method: string,
+    path: string,
+    body: unknown,
+    signal: AbortSignal,
+    onOpen?: (headers: Headers) => void,
+  ): AsyncGenerator<unknown>
 }
 
 /** A JSON client of the REST API from the client flags. */
@@ -106,8 +112,9 @@ export function apiClient(flags: FlagValues): ApiClient {
       }
       return { status: response.status, body: parsed }
     },
-    async *events(method, path, body, signal) {
+    async *events(method, path, body, signal, onOpen) {
       const response = await send(method, path, body, signal)
+      onOpen?.(response.headers)
       if (response.body === null) return
       let buffer = ""
       try {

@@ -1,16 +1,19 @@
 import { createServer } from "node:http"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
-import { parseFeatures } from "../lib/config/features.ts"
 import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { badRequest } from "../lib/core/errors.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import type { SecretStore } from "../lib/secrets/secret-store.ts"
+import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { addFlags } from "./flags.ts"
 import { logStorePath, onShutdownSignal, operatorFlags, operatorSettings } from "./operator.ts"
 import {
+  answerClientErrors,
   closeHttp,
   configuredApiServer,
+  health,
   listen,
   loadKubeconfig,
   send,
@@ -31,6 +34,8 @@ const apiserverFlagNames = [
   "max-queue-size",
   "max-body-mb",
   "allowed-features",
+  "secrets-sqlite-path",
+  "secrets-sqlite-passphrase",
 ]
 export const apiserverFlags: readonly FlagSpec[] = serverFlags
   .filter((flag) => apiserverFlagNames.includes(flag.name))
@@ -66,7 +71,6 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
   const host = String(flags.host)
   const maxQueueSize = parsePositiveInt(flags["max-queue-size"] as string, "max-queue-size")
   const maxBodyBytes = parsePositiveInt(flags["max-body-mb"] as string, "max-body-mb") * 1024 * 1024
-  const features = parseFeatures(String(flags["allowed-features"]))
 
   const kubeConfig = new KubeConfig()
   if (settings.kubeconfig !== undefined) loadKubeconfig(kubeConfig, settings.kubeconfig)
@@ -79,20 +83,25 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
 
   let draining = false
   const store: LogStore = await openSqliteLogStore(logStorePath(settings.storagePath))
+  let secretStore: SecretStore | undefined
   let api: Awaited<ReturnType<typeof configuredApiServer>>
   try {
+    // The operator stores the server's --secret values; the API server only opens the store.
+    secretStore = await openSqliteSecretStore(settings.secretStore)
     api = await configuredApiServer({
       kubeConfig,
       namespace: settings.namespace,
       logs: store,
+      secrets: secretStore,
       defaultDriver: settings.driver,
       allowedDrivers: settings.allowedDrivers,
       maxQueueSize,
-      features,
+      features: settings.features,
       maxBodyBytes,
       draining: () => draining,
     })
   } catch (error) {
+    await secretStore?.close()
     await store.close()
     throw error
   }
@@ -100,19 +109,19 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
     const path = (req.url ?? "/").split("?")[0] ?? "/"
     if (/^\/api(\/|$)/.test(path)) {
       api.callback(req, res)
-    } else if (path === "/health" && (req.method === "GET" || req.method === "HEAD")) {
-      send(res, draining ? 503 : 200, draining ? { status: "shutting down" } : { status: "ok" })
-    } else {
+    } else if (!health(req, res, draining)) {
       send(res, 404, {
         error: `no route for ${req.method} ${path}; this server answers /health and the REST API under /api`,
       })
     }
   })
+  answerClientErrors(http)
   let address: Awaited<ReturnType<typeof listen>>
   try {
     address = await listen(http, port, host)
   } catch (error) {
     await api.stop()
+    await secretStore.close()
     await store.close()
     throw error
   }
@@ -124,6 +133,7 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
     draining = true
     await api.stop()
     await closeHttp(http)
+    await secretStore.close()
     await store.close()
   })
 }

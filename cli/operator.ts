@@ -1,12 +1,14 @@
 import { extname } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
+import { type Feature, parseFeatures } from "../lib/config/features.ts"
 import { type FlagSpec, type FlagValues, parseKeyValues, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { parseDuration } from "../lib/core/duration.ts"
 import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
-import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { globalScope, runSecrets, type SecretStore } from "../lib/secrets/secret-store.ts"
+import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { type Operator, startOperator } from "../operator/operator.ts"
 import { driverRegistry } from "./drivers.ts"
 import { addFlags } from "./flags.ts"
@@ -53,7 +55,28 @@ export const operatorFlags: readonly FlagSpec[] = [
     name: "secret",
     value: "KEY=VALUE",
     repeatable: true,
-    description: "a global secret every run may use (repeatable)",
+    description: "a global secret every run may use, stored in the secret store at start (repeatable)",
+  },
+  {
+    name: "secrets-sqlite-path",
+    alias: "secrets-sqldb-path",
+    value: "PATH",
+    defaultValue: "test.db",
+    description:
+      "SQLite file of the encrypted secrets; without a passphrase its key is kept in PATH.key (:memory: for ephemeral)",
+  },
+  {
+    name: "secrets-sqlite-passphrase",
+    alias: "secrets-sqldb-passphrase",
+    value: "TEXT",
+    description: "passphrase of the secret store; the AES-256 key is its SHA-256",
+  },
+  {
+    name: "allowed-features",
+    value: "LIST",
+    defaultValue: "*",
+    description:
+      "enabled features, comma-separated: webhooks, secrets, notifications, fetch, schedules, gates; * is the first four",
   },
 ]
 
@@ -68,6 +91,8 @@ export type OperatorSettings = {
   readonly limits: { readonly memoryMb: number; readonly timeoutMs: number }
   readonly shutdownGraceMs: number
   readonly secrets: Readonly<Record<string, string>>
+  readonly secretStore: { readonly path: string; readonly passphrase: string | undefined }
+  readonly features: readonly Feature[]
 }
 
 export function operatorSettings(flags: FlagValues): OperatorSettings {
@@ -104,6 +129,12 @@ export function operatorSettings(flags: FlagValues): OperatorSettings {
     },
     shutdownGraceMs: parseDuration(String(flags["shutdown-grace"])),
     secrets: parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret"),
+    secretStore: {
+      path: String(flags["secrets-sqlite-path"]),
+      passphrase:
+        flags["secrets-sqlite-passphrase"] === undefined ? undefined : String(flags["secrets-sqlite-passphrase"]),
+    },
+    features: parseFeatures(String(flags["allowed-features"])),
   }
 }
 
@@ -119,18 +150,31 @@ export function logStorePath(storagePath: string): string {
   return `${storagePath.slice(0, storagePath.length - extension.length)}-logs${extension}`
 }
 
-/** The composition of the operator role: the registry's drivers, the global secrets, the flags' limits. */
+/** The secret store of the flags, with the server's --secret values stored in its global scope. */
+export async function openConfiguredSecretStore(settings: OperatorSettings): Promise<SecretStore> {
+  const secrets = await openSqliteSecretStore(settings.secretStore)
+  try {
+    if (Object.keys(settings.secrets).length > 0) await secrets.set(globalScope, settings.secrets)
+  } catch (error) {
+    await secrets.close()
+    throw error
+  }
+  return secrets
+}
+
+/** The composition of the operator role: the registry's drivers, the secret store, the flags' limits. */
 export function startConfiguredOperator(
   settings: OperatorSettings,
   kubeConfig: KubeConfig,
   store: LogStore,
+  secretStore: SecretStore,
 ): Promise<Operator> {
   const drivers = driverRegistry()
   return startOperator({
     kubeConfig,
     namespace: settings.namespace,
     store,
-    secrets: staticSecrets(settings.secrets),
+    secrets: runSecrets(secretStore, settings.features.includes("secrets")),
     drivers: (name, config) => drivers.get(name).create(config),
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,
@@ -185,10 +229,13 @@ export function operatorCommand(program: Command): void {
       throw badRequest(`cannot load the kubeconfig "${settings.kubeconfig ?? "(default)"}": ${errorMessage(error)}`)
     }
     const store = await openSqliteLogStore(logStorePath(settings.storagePath))
+    let secretStore: SecretStore | undefined
     let operator: Operator
     try {
-      operator = await startConfiguredOperator(settings, kubeConfig, store)
+      secretStore = await openConfiguredSecretStore(settings)
+      operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
     } catch (error) {
+      await secretStore?.close()
       await store.close()
       throw error
     }
@@ -197,6 +244,7 @@ export function operatorCommand(program: Command): void {
     )
     onShutdownSignal(async (now) => {
       await operator.stop(now ? 0 : settings.shutdownGraceMs)
+      await secretStore.close()
       await store.close()
     })
   })

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises"
 import { basename, extname } from "node:path"
 import type { Command } from "commander"
-import { readFlags } from "../lib/config/flags.ts"
+import { parseKeyValues, readFlags } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 import { type ApiClient, apiClient, clientFlags } from "./api-client.ts"
 import { addFlags } from "./flags.ts"
@@ -14,6 +14,19 @@ const setOptions: readonly Option[] = [
   { syntax: "--driver <NAME>", description: "runs its tasks; default the server's --driver" },
   { syntax: "--driver-config <JSON>", description: 'the driver\'s settings, a JSON object: {"host": "..."}' },
   { syntax: "--rbac <EXPR>", description: "who may see and run it (a CEL expression)" },
+  { syntax: "--webhook-secret <SECRET>", description: 'verifies its incoming webhooks; "" removes it' },
+  {
+    syntax: "-e, --secret <KEY=VALUE>",
+    description: "a secret of this pipeline, stored encrypted, never shown again (repeatable)",
+    repeatable: true,
+  },
+]
+const runOptions: readonly Option[] = [
+  {
+    syntax: "--global-secret <KEY=VALUE>",
+    description: "a global secret for this run only; the pipeline's own secrets still win (repeatable)",
+    repeatable: true,
+  },
 ]
 const triggerOptions: readonly Option[] = [
   { syntax: "--args <ARG>", description: "an argument for pipelineContext.args (repeatable)", repeatable: true },
@@ -59,12 +72,13 @@ export function pipelineCommand(program: Command): void {
       process.stdout.write(`pipeline "${name}" ${answer.status === 201 ? "created" : "updated"}\n`)
     })
 
-  client("run", "start a run, stream its output here, and exit with its code; Ctrl-C detaches")
+  client("run", "start a run, stream its output here, and exit with its code; Ctrl-C detaches", runOptions)
     .argument("<name>", "the pipeline's name or id")
     .argument("[args...]", "arguments after -- become pipelineContext.args")
     .usage("NAME [options] [-- ARGS...]")
     .action(async (name: string, args: string[], options: Record<string, unknown>) => {
-      process.exitCode = await run(apiClient(flagsOf(options)), name, args)
+      const globalSecrets = parseKeyValues((options.globalSecret as string[] | undefined) ?? [], "global-secret")
+      process.exitCode = await run(apiClient(flagsOf(options)), name, args, globalSecrets)
     })
 
   client("trigger", "start a run and print its id, without waiting for it", triggerOptions)
@@ -120,12 +134,31 @@ export function pipelineCommand(program: Command): void {
 }
 
 /** Streams a new run's output to stdout and stderr; answers the run's exit code (130 when detached). */
-async function run(api: ApiClient, name: string, args: readonly string[]): Promise<number> {
+async function run(
+  api: ApiClient,
+  name: string,
+  args: readonly string[],
+  globalSecrets: Readonly<Record<string, string>>,
+): Promise<number> {
   const detach = new AbortController()
   const onInterrupt = () => detach.abort()
   process.once("SIGINT", onInterrupt)
+  let runPath: string | undefined
   try {
-    const events = api.events("POST", `/api/pipelines/${encodeURIComponent(name)}/run`, { args }, detach.signal)
+    const body = {
+      args,
+      trigger_type: "cli",
+      ...(Object.keys(globalSecrets).length > 0 ? { global_secrets: globalSecrets } : {}),
+    }
+    const events = api.events(
+      "POST",
+      `/api/pipelines/${encodeURIComponent(name)}/run`,
+      body,
+      detach.signal,
+      (headers) => {
+        runPath = headers.get("Location") ?? undefined
+      },
+    )
     for await (const event of events) {
       const { stream, data, event: kind, code, message } = event as Record<string, unknown>
       if (stream === "stdout" || stream === "stderr") {
@@ -137,8 +170,11 @@ async function run(api: ApiClient, name: string, args: readonly string[]): Promi
       }
     }
     if (detach.signal.aborted) {
+      const runId = runPath?.split("/").pop()
       process.stderr.write(
-        `runnel: detached; the run goes on on the server. Find it with GET ${api.url}/api/runs?pipeline_id=${encodeURIComponent(name)}&status=running and stop it with POST ${api.url}/api/runs/<id>/stop\n`,
+        runId === undefined
+          ? `runnel: detached; the run goes on on the server. Find it with GET ${api.url}/api/runs?pipeline_id=${encodeURIComponent(name)} and stop it with POST ${api.url}/api/runs/<id>/stop\n`
+          : `runnel: detached; run ${runId} goes on on the server. Follow it with GET ${api.url}${runPath}/events, stop it with POST ${api.url}${runPath}/stop\n`,
       )
       return 130
     }
@@ -183,6 +219,9 @@ async function pipelineBody(file: string, flags: Readonly<Record<string, unknown
   if (contentType !== undefined) body.content_type = contentType
   if (typeof flags.driver === "string") body.driver = flags.driver
   if (typeof flags.rbac === "string") body.rbac_expression = flags.rbac
+  if (typeof flags.webhookSecret === "string") body.webhook_secret = flags.webhookSecret
+  const secrets = parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret")
+  if (Object.keys(secrets).length > 0) body.secrets = secrets
   const driverConfig = flags.driverConfig
   if (typeof driverConfig === "string") {
     let parsed: unknown

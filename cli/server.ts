@@ -4,18 +4,25 @@ import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
 import { startApiServer } from "../apiserver/app.ts"
-import { parseFeatures } from "../lib/config/features.ts"
 import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
 import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
 import { driverRegistry } from "./drivers.ts"
 import { addFlags } from "./flags.ts"
 import { processLog } from "./log.ts"
-import { logStorePath, onShutdownSignal, operatorFlags, operatorSettings, startConfiguredOperator } from "./operator.ts"
+import {
+  logStorePath,
+  onShutdownSignal,
+  openConfiguredSecretStore,
+  operatorFlags,
+  operatorSettings,
+  startConfiguredOperator,
+} from "./operator.ts"
 
 export const serverFlags: readonly FlagSpec[] = [
   { name: "port", value: "PORT", defaultValue: "8080", description: "port to serve on; 0 takes a free one" },
@@ -28,13 +35,6 @@ export const serverFlags: readonly FlagSpec[] = [
     description: "queued runs beyond which triggers answer 503",
   },
   { name: "max-body-mb", value: "MB", defaultValue: "10", description: "largest request body the API accepts" },
-  {
-    name: "allowed-features",
-    value: "LIST",
-    defaultValue: "*",
-    description:
-      "enabled features, comma-separated: webhooks, secrets, notifications, fetch, schedules, gates; * is the first four",
-  },
 ]
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
@@ -64,7 +64,6 @@ async function server(options: Record<string, unknown>): Promise<void> {
   const host = String(flags.host)
   const maxQueueSize = parsePositiveInt(flags["max-queue-size"] as string, "max-queue-size")
   const maxBodyBytes = parsePositiveInt(flags["max-body-mb"] as string, "max-body-mb") * 1024 * 1024
-  const features = parseFeatures(String(flags["allowed-features"]))
 
   const { inCluster } = hostEnvironment()
   const embedded =
@@ -81,7 +80,9 @@ async function server(options: Record<string, unknown>): Promise<void> {
     }
     route(req, res, draining)
   })
+  answerClientErrors(http)
   let store: LogStore | undefined
+  let secretStore: SecretStore | undefined
   let operator: Operator | undefined
   let apiServer: Awaited<ReturnType<typeof startApiServer>> | undefined
   let closing: Promise<void> | undefined
@@ -97,6 +98,7 @@ async function server(options: Record<string, unknown>): Promise<void> {
       await apiServer?.stop()
       await closeHttp(http)
       embedded?.close()
+      await secretStore?.close()
       await store?.close()
     })()
     return closing
@@ -111,15 +113,17 @@ async function server(options: Record<string, unknown>): Promise<void> {
         loopbackConfig(`http://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`),
       )
     store = await openSqliteLogStore(logStorePath(settings.storagePath))
-    operator = await startConfiguredOperator(settings, kubeConfig, store)
+    secretStore = await openConfiguredSecretStore(settings)
+    operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
     apiServer = await configuredApiServer({
       kubeConfig,
       namespace: settings.namespace,
       logs: store,
+      secrets: secretStore,
       defaultDriver: settings.driver,
       allowedDrivers: settings.allowedDrivers,
       maxQueueSize,
-      features,
+      features: settings.features,
       maxBodyBytes,
       draining: () => draining,
     })
@@ -172,13 +176,45 @@ export function loadKubeconfig(kubeConfig: KubeConfig, file: string): void {
 
 /** The routes of this process besides the embedded API; the API server's routes join here. */
 function route(req: IncomingMessage, res: ServerResponse, draining: boolean): void {
-  const path = (req.url ?? "/").split("?")[0]
-  if (path === "/health" && (req.method === "GET" || req.method === "HEAD")) {
-    send(res, draining ? 503 : 200, draining ? { status: "shutting down" } : { status: "ok" })
-    return
-  }
+  if (health(req, res, draining)) return
   send(res, 404, {
-    error: `no route for ${req.method} ${path}; this server answers /health, the REST API under /api and the Kubernetes API under ${embeddedPrefix}`,
+    error: `no route for ${req.method} ${(req.url ?? "/").split("?")[0]}; this server answers /health, the REST API under /api and the Kubernetes API under ${embeddedPrefix}`,
+  })
+}
+
+/** Answers /health (true) or leaves the request to the caller (false). */
+export function health(req: IncomingMessage, res: ServerResponse, draining: boolean): boolean {
+  if ((req.url ?? "/").split("?")[0] !== "/health") return false
+  if (req.method === "GET" || req.method === "HEAD") {
+    send(res, draining ? 503 : 200, draining ? { status: "shutting down" } : { status: "ok" })
+  } else {
+    res.setHeader("Allow", "GET, HEAD")
+    send(res, 405, { error: `/health does not answer ${req.method}; it answers GET and HEAD` })
+  }
+  return true
+}
+
+/**
+ * Requests node:http refuses before any handler sees them (a URL and headers
+ * over 16 KiB, an unknown method, malformed HTTP) are answered in JSON like
+ * every other error, then the connection is closed.
+ */
+export function answerClientErrors(http: Server): void {
+  http.on("clientError", (error: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable) {
+      socket.destroy()
+      return
+    }
+    const [status, reason, message] =
+      error.code === "HPE_HEADER_OVERFLOW"
+        ? [431, "Request Header Fields Too Large", "the request line and headers exceed 16 KiB; send less in the URL"]
+        : error.code === "HPE_INVALID_METHOD"
+          ? [400, "Bad Request", "the request method is not one HTTP knows; use GET, PUT, POST or DELETE"]
+          : [400, "Bad Request", `the request is not valid HTTP (${error.code ?? error.message})`]
+    const body = `${JSON.stringify({ error: message })}\n`
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    )
   })
 }
 

@@ -8,7 +8,8 @@ import { type RunningApi, startEmbeddedApi } from "../lib/kube/embedded/embedded
 import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
-import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { runSecrets } from "../lib/secrets/secret-store.ts"
+import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { nativeDriverFactory } from "./drivers/native/native-driver.ts"
 import { type Operator, startOperator } from "./operator.ts"
 import type { PipelineObject, RunObject } from "./resources.ts"
@@ -52,7 +53,7 @@ async function start(options: { maxInFlight?: number } = {}) {
     kubeConfig: api.kubeConfig,
     namespace: "default",
     store,
-    secrets: staticSecrets({}),
+    secrets: runSecrets(await openSqliteSecretStore({ path: ":memory:" }), true),
     drivers: (name, config) => {
       if (name !== "native") throw new Error(`this test has only the native driver, not "${name}"`)
       return native.create(config)

@@ -2,7 +2,7 @@ import type { KubeConfig } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
 import { type Informer, startInformer } from "../lib/kube/informer.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
-import type { SecretResolver } from "../lib/secrets/secret-resolver.ts"
+import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
@@ -16,8 +16,8 @@ export type OperatorOptions = {
   /** The namespace whose Pipelines and Runs this operator reconciles. */
   readonly namespace: string
   readonly store: LogStore
-  /** The secrets every run may use (`--secret K=V`). */
-  readonly secrets: SecretResolver
+  /** Each run's secrets: its pipeline's, its own global ones, the global ones. */
+  readonly secrets: RunSecrets
   /** Makes drivers by name; cli/ passes its registry. */
   readonly drivers: DriverSource
   /** `--driver`: for pipelines whose spec names none. */

@@ -8,7 +8,7 @@ import { consoleTaskPath } from "../lib/core/task-path.ts"
 import type { Informer } from "../lib/kube/informer.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { scriptFilename } from "../lib/script/pipeline-check.ts"
-import type { SecretResolver } from "../lib/secrets/secret-resolver.ts"
+import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import type { DriverPool } from "./driver-pool.ts"
 import { RunAborted, runScript, type TriggerType } from "./engine/engine.ts"
 import { journalFromStore } from "./engine/journal.ts"
@@ -37,7 +37,7 @@ export type RunReconcilerOptions = {
   readonly pipelines: Pick<Informer<PipelineObject>, "get">
   readonly generations: PipelineGenerations
   readonly store: LogStore
-  readonly secrets: SecretResolver
+  readonly secrets: RunSecrets
   readonly drivers: DriverPool
   /** The driver of a pipeline whose spec names none (`--driver`). */
   readonly defaultDriver: string
@@ -333,7 +333,7 @@ export class RunReconciler {
         driver,
         driverName,
         store,
-        secrets: this.#options.secrets,
+        secrets: this.#options.secrets.forRun({ pipelineUid: pipeline.metadata?.uid ?? "", runId: name }),
         observer,
         limits: this.#options.limits,
       },
@@ -353,6 +353,7 @@ export class RunReconciler {
       duration: formatDuration(Date.parse(result.finishedAt) - Date.parse(startedAt)),
       tasks: closeLeftoverTasks(store, name, result.status).map(statusTask),
     })
+    await this.#options.secrets.ended(name)
     log("run.finished", { run: name, phase: result.status, code: result.code })
   }
 
@@ -366,6 +367,7 @@ export class RunReconciler {
     const status: RunStatusFields = { phase, code: runExitCode(phase), message, finishedAt }
     if (startedAt !== null) status.duration = formatDuration(Date.parse(finishedAt) - Date.parse(startedAt))
     await writer.final(status)
+    await this.#options.secrets.ended(name)
     this.#options.log("run.finished", { run: name, phase, message })
   }
 

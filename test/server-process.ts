@@ -5,7 +5,7 @@ import { join } from "node:path"
 import { runnelBin } from "./cli.ts"
 
 /** bin/runnel COMMAND in its own process; resolves with its URL once it prints its listening line. */
-export type ServerProcess = { url: string; child: ChildProcess; stdout(): string; stderr(): string }
+export type ServerProcess = { url: string; cwd: string; child: ChildProcess; stdout(): string; stderr(): string }
 
 /** Temp directories and processes of one test file: `cleanUp()` in its afterAll. */
 export function serverProcesses(prefix: string) {
@@ -35,7 +35,7 @@ export function serverProcesses(prefix: string) {
           const match = /listening on (http:\/\/\S+)/.exec(stdout)
           if (match?.[1] !== undefined) {
             clearTimeout(timer)
-            resolve({ url: match[1], child, stdout: () => stdout, stderr: () => stderr })
+            resolve({ url: match[1], cwd, child, stdout: () => stdout, stderr: () => stderr })
           }
         })
         child.on("exit", (code) => {

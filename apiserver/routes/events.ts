@@ -1,15 +1,19 @@
 import { setTimeout as sleep } from "node:timers/promises"
 import Router from "@koa/router"
 import type { Context } from "koa"
+import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
+import { assertSecretEntry } from "../../lib/secrets/secret-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import { createRun, type NewRunDeps } from "../new-run.ts"
 import { isResourceName, type Resources, type RunResource } from "../resources.ts"
 import { openSse, type SseWriter } from "../sse.ts"
 
 export type EventRoutesDeps = NewRunDeps & {
+  /** `secrets` gates a run's global secrets. */
+  features: readonly Feature[]
   resources: Pick<Resources, "getRun">
   logs: Pick<LogStore, "readChunks">
   log: Log
@@ -50,19 +54,44 @@ export function eventRoutes(deps: EventRoutesDeps): Router {
 
   router.post("/api/pipelines/:name/run", async (ctx) => {
     const body = objectBody(ctx.state.body, { required: false })
-    onlyFields(body, ["args"])
+    onlyFields(body, ["args", "trigger_type", "global_secrets"])
     const args = body.args ?? []
     if (!Array.isArray(args) || args.some((arg) => typeof arg !== "string")) {
       throw badRequest('"args" must be an array of strings, for example ["--fast", "main"]')
     }
-    const run = await createRun(deps, ctx.params.name ?? "", {
-      type: args.length > 0 ? "args" : "manual",
-      args: args as string[],
-    })
-    await stream(ctx, run.metadata?.name ?? "", 0, deps)
+    // `runnel pipeline run` says so; a run started otherwise is manual, or args when it has some.
+    const given = body.trigger_type
+    if (given !== undefined && given !== "cli") {
+      throw badRequest(`"trigger_type" ${JSON.stringify(given)} cannot be given; the only one a client names is "cli"`)
+    }
+    const run = await createRun(
+      deps,
+      ctx.params.name ?? "",
+      { type: given ?? (args.length > 0 ? "args" : "manual"), args: args as string[] },
+      globalSecretsOf(body.global_secrets, deps.features),
+    )
+    const id = run.metadata?.name ?? ""
+    // The run's id before any event: a client that detaches can still name the run.
+    ctx.set("Location", `/api/runs/${id}`)
+    await stream(ctx, id, 0, deps)
   })
 
   return router
+}
+
+/** `global_secrets`: secrets this run sees as global ones (`runnel pipeline run --global-secret`). */
+function globalSecretsOf(value: unknown, features: readonly Feature[]): Record<string, string> {
+  if (value === undefined || value === null) return {}
+  if (!features.includes("secrets")) {
+    throw badRequest(
+      'global_secrets are refused: the "secrets" feature is not enabled on this server (--allowed-features)',
+    )
+  }
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw badRequest('"global_secrets" must be an object of names to string values, for example {"API_TOKEN": "..."}')
+  }
+  for (const [key, secret] of Object.entries(value)) assertSecretEntry(key, secret)
+  return value as Record<string, string>
 }
 
 function lastEventId(header: string): number {
@@ -115,7 +144,8 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
     }
     // Seen final before this read found nothing: everything stored before the final phase was read.
     if (ended !== undefined) break
-    const run = await deps.resources.getRun(runId)
+    // The watched index costs no request; a Run it has not seen yet is asked for.
+    const run = deps.index.runs.get(runId) ?? (await deps.resources.getRun(runId))
     if (run === undefined) ended = "deleted"
     else if (finalStatuses.has(run.status?.phase ?? "queued")) ended = run
     else {

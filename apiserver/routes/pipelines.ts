@@ -1,15 +1,16 @@
 import Router from "@koa/router"
+import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
-import { inferContentType } from "../../lib/script/content-type.ts"
-import { scriptProblem } from "../../lib/script/pipeline-check.ts"
+import { pipelineScope, type SecretStore } from "../../lib/secrets/secret-store.ts"
 import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import type { OwnWrites } from "../kubernetes-audit.ts"
 import { createRun } from "../new-run.ts"
+import { type PipelineWrite, pipelineFields, pipelineWrite } from "../pipeline-body.ts"
 import type { ResourceIndex } from "../resource-index.ts"
 import {
+  checkPipelineName,
   findPipeline,
-  isResourceName,
   type PipelineResource,
   type PipelineSpec,
   type Resources,
@@ -27,12 +28,18 @@ export type PipelineRoutesDeps = {
     | "deletePipeline"
     | "createRun"
     | "deleteRun"
+    | "putWebhookSecret"
+    | "deleteSecret"
   >
   index: Pick<ResourceIndex, "pipelines" | "runs">
+  /** Where pipeline secrets go: written here, never read back through the API. */
+  secrets: Pick<SecretStore, "set" | "deleteScope">
   /** The driver of a pipeline stored without one. */
   defaultDriver: string
   /** The drivers a pipeline may name. */
   allowedDrivers: readonly string[]
+  /** The enabled features: `webhooks` and `secrets` gate the fields of the same names. */
+  features: readonly Feature[]
   /** Queued Runs beyond which a trigger answers 503. */
   maxQueueSize: number
   /** Receives one entry per change a request makes to a pipeline. */
@@ -41,23 +48,16 @@ export type PipelineRoutesDeps = {
   own: OwnWrites
 }
 
-const pipelineFields = [
-  "content",
-  "content_type",
-  "driver",
-  "driver_config",
-  "webhook_secret",
-  "rbac_expression",
-  "secrets",
-]
 const triggerModes = ["manual", "args", "webhook"]
 
 /** Pipelines over the Pipeline resource, and triggers that create Runs (contract.md sections 4 and 7). */
 export function pipelineRoutes({
   resources,
   index,
+  secrets,
   defaultDriver,
   allowedDrivers,
+  features,
   maxQueueSize,
   audit,
   own,
@@ -89,60 +89,17 @@ export function pipelineRoutes({
     return pipeline
   }
 
-  /** The spec a PUT or POST body describes; what the body cannot set (paused, the secret's reference) is kept. */
-  const specOf = async (
-    name: string,
-    body: Record<string, unknown>,
-    previous?: PipelineSpec,
-  ): Promise<PipelineSpec> => {
-    if (body.webhook_secret !== undefined && body.webhook_secret !== null) {
-      throw badRequest(
-        "webhook_secret is not stored by this version of runnel yet (webhooks arrive later); store the pipeline without it",
-      )
+  const rules = { defaultDriver, allowedDrivers, features }
+  /** The parts of a write kept outside the Pipeline: its webhook Secret and its secrets. */
+  const storeWriteOnly = async (pipeline: PipelineResource, write: PipelineWrite, previous?: PipelineSpec) => {
+    if (write.webhookSecret !== undefined && write.webhookSecret !== "") {
+      await resources.putWebhookSecret(pipeline, write.webhookSecret)
+    } else if (write.webhookSecret === "" && previous?.webhookSecretRef !== undefined) {
+      await resources.deleteSecret(previous.webhookSecretRef.name)
     }
-    if (body.secrets !== undefined && body.secrets !== null) {
-      throw badRequest(
-        "pipeline secrets are not stored by this version of runnel yet; store the pipeline without secrets and give runs global secrets with the server's --secret",
-      )
+    if (Object.keys(write.secrets).length > 0) {
+      await secrets.set(pipelineScope(pipeline.metadata?.uid ?? ""), write.secrets)
     }
-    const content = body.content
-    if (typeof content !== "string" || content.trim() === "") {
-      throw badRequest('"content" is required: the pipeline\'s source text, a non-empty string')
-    }
-    const spec: PipelineSpec = {
-      content,
-      contentType: contentTypeOf(body.content_type, content),
-      driver: driverOf(body.driver),
-    }
-    const driverConfig = body.driver_config
-    if (driverConfig !== undefined && driverConfig !== null) {
-      if (typeof driverConfig !== "object" || Array.isArray(driverConfig)) {
-        throw badRequest('"driver_config" must be a JSON object, for example {"host": "unix:///var/run/docker.sock"}')
-      }
-      spec.driverConfig = driverConfig as Record<string, unknown>
-    }
-    const rbac = body.rbac_expression
-    if (rbac !== undefined && rbac !== null && rbac !== "") {
-      if (typeof rbac !== "string") throw badRequest('"rbac_expression" must be a string (a CEL expression)')
-      spec.rbacExpression = rbac
-    }
-    if (spec.contentType !== "yaml") {
-      // Refused at store time with the compiler's message, so a broken script never reaches a run.
-      const problem = await scriptProblem(name, spec.contentType ?? "ts", content)
-      if (problem !== undefined) throw badRequest(problem)
-    }
-    if (previous?.paused === true) spec.paused = true
-    if (previous?.webhookSecretRef !== undefined) spec.webhookSecretRef = previous.webhookSecretRef
-    return spec
-  }
-
-  const driverOf = (driver: unknown): string => {
-    if (driver === undefined || driver === null || driver === "") return defaultDriver
-    if (typeof driver !== "string") throw badRequest('"driver" must be a string, the name of a driver')
-    if (!allowedDrivers.includes(driver)) {
-      throw badRequest(`driver "${driver}" is not allowed on this server; allowed: ${allowedDrivers.join(", ")}`)
-    }
-    return driver
   }
 
   const create = async (name: string, spec: PipelineSpec) =>
@@ -171,18 +128,19 @@ export function pipelineRoutes({
   router.put("/api/pipelines/:name", async (ctx) => {
     const key = ctx.params.name ?? ""
     const body = objectBody(ctx.state.body, { required: true })
-    onlyFields(body, pipelineFields)
     const existing = await findPipeline(resources, index.pipelines, key)
     if (existing === undefined) {
-      checkName(key)
-      const created = await create(key, await specOf(key, body))
+      checkPipelineName(key)
+      const write = await pipelineWrite(key, body, rules)
+      const created = await create(key, write.spec)
+      await storeWriteOnly(created, write)
       recordUpsert(created)
       ctx.status = 201
       ctx.body = view(created)
       return
     }
     const name = existing.metadata?.name ?? key
-    const spec = await specOf(name, body, existing.spec)
+    const write = await pipelineWrite(name, body, rules, existing.spec)
     // The operator writes the Pipeline's status between our read and our write; a stale
     // resourceVersion (409) is read again and retried a few times before it reaches the client.
     let current = existing
@@ -196,7 +154,12 @@ export function pipelineRoutes({
             ...metadata,
             annotations: { ...metadata.annotations, [updatedAtAnnotation]: own.stamp(name) },
           },
-          spec: { ...spec, paused: current.spec.paused, webhookSecretRef: current.spec.webhookSecretRef },
+          spec: {
+            ...write.spec,
+            paused: current.spec.paused,
+            webhookSecretRef:
+              write.webhookSecret === undefined ? current.spec.webhookSecretRef : write.spec.webhookSecretRef,
+          },
         })
       } catch (error) {
         if ((error as { code?: unknown }).code !== 409 || attempt >= 5) throw error
@@ -206,6 +169,7 @@ export function pipelineRoutes({
       }
     }
     stored(replaced)
+    await storeWriteOnly(replaced, write, current.spec)
     recordUpsert(replaced, existing.spec)
     ctx.body = view(replaced)
   })
@@ -217,8 +181,8 @@ export function pipelineRoutes({
     if (typeof name !== "string" || name === "") {
       throw badRequest('"name" is required: the pipeline\'s name, for example "build-and-test"')
     }
-    checkName(name)
-    const spec = await specOf(name, rest)
+    checkPipelineName(name)
+    const write = await pipelineWrite(name, rest, rules)
     if ((await resources.getPipeline(name)) !== undefined) {
       throw new RunnelError(
         409,
@@ -226,7 +190,8 @@ export function pipelineRoutes({
         `pipeline "${name}" already exists; update it with PUT /api/pipelines/${name}`,
       )
     }
-    const created = await create(name, spec)
+    const created = await create(name, write.spec)
+    await storeWriteOnly(created, write)
     recordUpsert(created)
     ctx.status = 201
     ctx.body = view(created)
@@ -242,6 +207,8 @@ export function pipelineRoutes({
     own.deleting(pipeline.metadata?.uid ?? "")
     await resources.deletePipeline(name)
     index.pipelines.forget(pipeline)
+    // Its webhook Secret is owned by it and goes with it; the secrets in the store are removed here.
+    await secrets.deleteScope(pipelineScope(pipeline.metadata?.uid ?? ""))
     record("pipeline.delete", pipeline)
     // Runs the API created are owned by the Pipeline; Runs created with kubectl may not be.
     const { items: runs } = index.runs.page({ pipeline: name }, 0, Number.MAX_SAFE_INTEGER)
@@ -299,25 +266,10 @@ export function pipelineRoutes({
         "webhook-mode triggers arrive with runnel's webhooks; use mode manual or args",
       )
     }
-    const run = await createRun({ resources, index, maxQueueSize }, ctx.params.id ?? "", { type: mode, args })
+    const run = await createRun({ resources, index, secrets, maxQueueSize }, ctx.params.id ?? "", { type: mode, args })
     ctx.status = 202
     ctx.body = { run_id: run.metadata?.name }
   })
 
   return router
-}
-
-function checkName(name: string): void {
-  if (!isResourceName(name)) {
-    throw badRequest(
-      `pipeline name "${name}" is not valid: use lowercase letters, digits, "-" and ".", start and end with a letter or digit, at most 63 characters`,
-    )
-  }
-}
-
-function contentTypeOf(given: unknown, content: string): NonNullable<PipelineSpec["contentType"]> {
-  if (given === undefined || given === null || given === "") return inferContentType(content)
-  if (given === "ts" || given === "js" || given === "yaml") return given
-  if (given === "yml") return "yaml"
-  throw badRequest(`"content_type" ${JSON.stringify(given)} is not known; use ts, js or yaml (yml)`)
 }

@@ -10,6 +10,8 @@ export type FlagSpec = {
   readonly name: string
   /** One-letter alias without the dash, for example "s" for `-s`. */
   readonly short?: string
+  /** Another long name, with its own CI_* variable (contract.md's neutral spellings); the name wins. */
+  readonly alias?: string
   readonly description: string
   /** Placeholder in --help, for example "DURATION"; absent for booleans. */
   readonly value?: string
@@ -39,8 +41,9 @@ export function readFlags(
 ): FlagValues {
   const values: Record<string, string | readonly string[] | undefined> = {}
   for (const flag of table) {
-    const given = cli[optionName(flag)]
-    const fromEnv = env[envName(flag)]
+    const alias = flag.alias === undefined ? undefined : { ...flag, name: flag.alias }
+    const given = cli[optionName(flag)] ?? (alias === undefined ? undefined : cli[optionName(alias)])
+    const fromEnv = env[envName(flag)] ?? (alias === undefined ? undefined : env[envName(alias)])
     if (flag.repeatable) {
       const list = Array.isArray(given) && given.length > 0 ? given : fromEnv ? fromEnv.split(",") : []
       values[flag.name] = Object.freeze(list.map(String))

@@ -17,7 +17,9 @@ export class RunnelError extends Error {
 
 export const badRequest = (message: string, options?: ErrorOptions) =>
   new RunnelError(400, "bad_request", message, options)
-export const notFound = (what: string, key: string) => new RunnelError(404, "not_found", `${what} "${key}" not found`)
+/** `pipeline "x" not found`, and `hint` after it when there is more to say. */
+export const notFound = (what: string, key: string, hint?: string) =>
+  new RunnelError(404, "not_found", `${what} "${key}" not found${hint === undefined ? "" : `: ${hint}`}`)
 
 /**
  * runnel could not do its part of a run: the script does not compile, a secret

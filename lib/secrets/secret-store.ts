@@ -3,7 +3,8 @@ import type { SecretResolver } from "./secret-resolver.ts"
 
 /**
  * Where secrets are kept, encrypted, by scope: `"global"` for every pipeline,
- * `"pipeline:<uid>"` for one pipeline. The uid, not the name, so that a
+ * `"pipeline:<uid>"` for one pipeline, `"run:<id>"` for the global secrets
+ * one run was given (`runnel pipeline run --global-secret`). The uid, not the name, so that a
  * pipeline deleted and created again under the same name does not inherit
  * the secrets of the old one.
  * - Every method validates the scope and throws `badRequest` for one of
@@ -39,6 +40,7 @@ export const maxSecretValueBytes = 64 << 10
 
 const keyPattern = /^[A-Za-z_][A-Za-z0-9_]*$/
 const pipelineScopePrefix = "pipeline:"
+const runScopePrefix = "run:"
 /** Kubernetes uids are UUIDs; this admits them and any other plain identifier. */
 const uidPattern = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/
 
@@ -50,10 +52,20 @@ export function pipelineScope(uid: string): string {
   return `${pipelineScopePrefix}${uid}`
 }
 
+/** The scope of the global secrets given to one run, by the run's id (its Run's name). */
+export function runScope(id: string): string {
+  if (!uidPattern.test(id)) {
+    throw badRequest(`run id "${id}" is not valid: use 1 to 128 letters, digits, ".", "_" or "-"`)
+  }
+  return `${runScopePrefix}${id}`
+}
+
 export function assertSecretScope(scope: string): void {
   if (scope === globalScope) return
-  if (scope.startsWith(pipelineScopePrefix) && uidPattern.test(scope.slice(pipelineScopePrefix.length))) return
-  throw badRequest(`secret scope "${scope}" is not valid: use "global" or "pipeline:<pipeline uid>"`)
+  for (const prefix of [pipelineScopePrefix, runScopePrefix]) {
+    if (scope.startsWith(prefix) && uidPattern.test(scope.slice(prefix.length))) return
+  }
+  throw badRequest(`secret scope "${scope}" is not valid: use "global", "pipeline:<pipeline uid>" or "run:<run id>"`)
 }
 
 /** Throws `badRequest` for a key or value set() refuses. The message never contains the value. */
@@ -97,3 +109,26 @@ export function resolverFor(store: Pick<SecretStore, "get" | "values">, scopes: 
     },
   }
 }
+
+/** What the operator needs of the store: each run's view, and to forget a run's own secrets when it ends. */
+export type RunSecrets = {
+  forRun(run: { pipelineUid: string; runId: string }): SecretResolver
+  ended(runId: string): Promise<void>
+}
+
+/**
+ * Pipeline scope first, then the run's own global secrets, then the global
+ * scope (interface.md, Secrets rule 1). With the `secrets` feature off, no
+ * run resolves any secret.
+ */
+export function runSecrets(store: SecretStore, enabled: boolean): RunSecrets {
+  if (!enabled) return { forRun: () => noSecrets, ended: async () => {} }
+  return {
+    forRun: ({ pipelineUid, runId }) => resolverFor(store, [pipelineScope(pipelineUid), runScope(runId), globalScope]),
+    ended: async (runId) => {
+      await store.deleteScope(runScope(runId))
+    },
+  }
+}
+
+const noSecrets: SecretResolver = { get: async () => undefined, values: async () => [] }
