@@ -55,6 +55,11 @@ export type EmbeddedApiOptions = {
   readonly authenticate?: (req: IncomingMessage) => boolean | Promise<boolean>
   /** Request bodies larger than this are refused with 413; 3 MiB by default, like Kubernetes. */
   readonly maxBodyBytes?: number
+  /**
+   * The AES-256 key (32 bytes, e.g. a Buffer) core Secrets are encrypted with at rest. By default the key file
+   * `<db>.key` beside the database (created, random, mode 0600, when missing); a random key for ":memory:".
+   */
+  readonly secretKey?: Uint8Array
 }
 
 /**
@@ -77,7 +82,11 @@ export type EmbeddedApi = {
 export function createEmbeddedApi(options: EmbeddedApiOptions): EmbeddedApi {
   const prefix = (options.prefix ?? "/k8s").replace(/\/+$/, "")
   const types = new ResourceTypes([namespaceType, secretType, ...resourceTypesFromCrds(options.crds)])
-  const store = new SqliteObjectStore({ db: options.db, historyLimit: options.historyLimit })
+  const store = new SqliteObjectStore({
+    db: options.db,
+    historyLimit: options.historyLimit,
+    secretKey: options.secretKey,
+  })
   const resources = new ResourceApi({ store, types, bookmarkIntervalMs: options.bookmarkIntervalMs ?? 10_000 })
   const collector = new GarbageCollector(resources)
   const maxBodyBytes = options.maxBodyBytes ?? 3 * 1024 * 1024

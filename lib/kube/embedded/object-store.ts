@@ -1,6 +1,9 @@
+import { randomBytes } from "node:crypto"
 import type { StatementSync } from "node:sqlite"
 import { DatabaseSync } from "node:sqlite"
 import type { KubeObject } from "./object-meta.ts"
+import { secretType, storageResource } from "./resource-types.ts"
+import { createKeyFile, keyBytes, readKeyFile, SecretCipher } from "./secret-encryption.ts"
 
 export type EventType = "ADDED" | "MODIFIED" | "DELETED"
 
@@ -72,7 +75,19 @@ export type SqliteObjectStoreOptions = {
   readonly db: string | DatabaseSync
   /** How many events watches can resume from. Kubernetes keeps roughly five minutes of etcd history. */
   readonly historyLimit?: number
+  /**
+   * The AES-256 key (32 bytes) core Secrets are encrypted with at rest. By default the key file
+   * `<database path>.key` (created, random, with mode 0600, when missing), or a random key for an in-memory database.
+   */
+  readonly secretKey?: Uint8Array
 }
+
+/** Where core v1 Secrets are kept: the only kind whose bodies are encrypted at rest. */
+const secretResource = storageResource(secretType)
+const keyCheckText = "runnel embedded Kubernetes API key check"
+const keyCheckAad = "kube_key_check"
+/** Additional authenticated data of a stored body: its storage key, namespace and name (none of which holds a "/"). */
+const aadOf = (resource: string, namespace: string, name: string) => `${resource}/${namespace}/${name}`
 
 type Row = { object: string }
 
@@ -104,6 +119,8 @@ CREATE TABLE IF NOT EXISTS kube_events (
 );
 CREATE INDEX IF NOT EXISTS kube_events_by_resource ON kube_events (resource, version);
 CREATE TABLE IF NOT EXISTS kube_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+-- One row: a known text sealed with the key Secrets are encrypted with, so that a wrong key fails at open.
+CREATE TABLE IF NOT EXISTS kube_key_check (id INTEGER PRIMARY KEY CHECK (id = 1), sealed TEXT NOT NULL);
 `
 
 const compareKeys = (a: { namespace: string; name: string }, b: { namespace: string; name: string }) =>
@@ -118,18 +135,105 @@ export class SqliteObjectStore implements ObjectStore {
   #listeners = new Set<(event: StoredEvent) => void>()
   #closed = false
   #statements = new Map<string, StatementSync>()
+  #cipher: SecretCipher
 
   constructor(options: SqliteObjectStoreOptions) {
     this.#ownsDb = typeof options.db === "string"
     this.#db = typeof options.db === "string" ? new DatabaseSync(options.db) : options.db
     this.#historyLimit = options.historyLimit ?? 10_000
-    if (this.#ownsDb) {
-      this.#db.exec("PRAGMA journal_mode = WAL")
-      this.#db.exec("PRAGMA synchronous = NORMAL")
+    try {
+      if (this.#ownsDb) {
+        this.#db.exec("PRAGMA journal_mode = WAL")
+        this.#db.exec("PRAGMA synchronous = NORMAL")
+      }
+      this.#db.exec(schema)
+      this.#version = this.#counter("version")
+      this.#compacted = this.#counter("compacted")
+      this.#cipher = openCipher(this.#db, options)
+      this.#encryptPlaintextSecrets()
+    } catch (error) {
+      if (this.#ownsDb) this.#db.close()
+      throw error
     }
-    this.#db.exec(schema)
-    this.#version = this.#counter("version")
-    this.#compacted = this.#counter("compacted")
+  }
+
+  /**
+   * Encrypts the Secrets of a database written before encryption at rest, in
+   * place (versions unchanged). Until that has been done once for a database
+   * with objects, and whenever plaintext was found, a database this store owns
+   * is then rebuilt (VACUUM) and its write-ahead log emptied, so that no copy
+   * of an old plaintext body (of a row since updated or deleted) stays in the
+   * files; the counter `plaintext_purged` records that it was.
+   */
+  #encryptPlaintextSecrets() {
+    const db = this.#db
+    let found = 0
+    db.exec("BEGIN IMMEDIATE")
+    try {
+      const objects = db
+        .prepare("SELECT namespace, name, object FROM kube_objects WHERE resource = ? AND substr(object, 1, 1) = '{'")
+        .all(secretResource) as { namespace: string; name: string; object: string }[]
+      const updateObject = db.prepare(
+        "UPDATE kube_objects SET object = ? WHERE resource = ? AND namespace = ? AND name = ?",
+      )
+      for (const row of objects) {
+        const aad = aadOf(secretResource, row.namespace, row.name)
+        updateObject.run(this.#cipher.seal(row.object, aad), secretResource, row.namespace, row.name)
+        found++
+      }
+      const events = db
+        .prepare(
+          "SELECT version, namespace, name, object, previous FROM kube_events WHERE resource = ? AND (substr(object, 1, 1) = '{' OR substr(previous, 1, 1) = '{')",
+        )
+        .all(secretResource) as {
+        version: number
+        namespace: string
+        name: string
+        object: string
+        previous: string | null
+      }[]
+      const updateEvent = db.prepare("UPDATE kube_events SET object = ?, previous = ? WHERE version = ?")
+      for (const row of events) {
+        const aad = aadOf(secretResource, row.namespace, row.name)
+        const seal = (text: string) => (SecretCipher.isSealed(text) ? text : this.#cipher.seal(text, aad))
+        updateEvent.run(seal(row.object), row.previous === null ? null : seal(row.previous), row.version)
+        found++
+      }
+      db.exec("COMMIT")
+    } catch (error) {
+      db.exec("ROLLBACK")
+      throw error
+    }
+    if (this.#ownsDb && (found > 0 || this.#counter("plaintext_purged") === 0)) {
+      // A new database has nothing to purge.
+      if (this.#version > 0) {
+        db.exec("VACUUM")
+        db.exec("PRAGMA wal_checkpoint(TRUNCATE)")
+      }
+      this.#sql(
+        "INSERT INTO kube_counters (name, value) VALUES ('plaintext_purged', 1) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+      ).run()
+    }
+  }
+
+  /** A body as stored: JSON, sealed when it is a Secret's. */
+  #encode(resource: string, key: { namespace: string; name: string }, object: KubeObject): string {
+    const text = JSON.stringify(object)
+    return resource === secretResource ? this.#cipher.seal(text, aadOf(resource, key.namespace, key.name)) : text
+  }
+
+  /** A stored body as an object; a Secret's written before encryption at rest is read as it is. */
+  #decode(resource: string, namespace: string, name: string, stored: string): KubeObject {
+    let text: string
+    try {
+      text = this.#cipher.open(stored, aadOf(resource, namespace, name))
+    } catch (error) {
+      throw new Error(
+        `cannot decrypt the stored ${resource} ${namespace}/${name}: it was altered, or encrypted with another key`,
+        { cause: error },
+      )
+    }
+    return JSON.parse(text)
   }
 
   get version() {
@@ -161,14 +265,16 @@ export class SqliteObjectStore implements ObjectStore {
       key.namespace,
       key.name,
     ) as Row | undefined
-    return row === undefined ? undefined : JSON.parse(row.object)
+    return row === undefined ? undefined : this.#decode(key.resource, key.namespace, key.name, row.object)
   }
 
   getByUid(uid: string) {
-    const row = this.#sql("SELECT resource, object FROM kube_objects WHERE uid = ?").get(uid) as
-      | { resource: string; object: string }
+    const row = this.#sql("SELECT resource, namespace, name, object FROM kube_objects WHERE uid = ?").get(uid) as
+      | { resource: string; namespace: string; name: string; object: string }
       | undefined
-    return row === undefined ? undefined : { resource: row.resource, object: JSON.parse(row.object) as KubeObject }
+    return row === undefined
+      ? undefined
+      : { resource: row.resource, object: this.#decode(row.resource, row.namespace, row.name, row.object) }
   }
 
   *list(resource: string, namespace: string | undefined, options: ListOptions = {}): Iterable<KubeObject> {
@@ -200,7 +306,7 @@ export class SqliteObjectStore implements ObjectStore {
         if (object !== undefined) yield object
       }
       const changed = undo.get(`${row.namespace}/${row.name}`)
-      if (changed === undefined) yield JSON.parse(row.object)
+      if (changed === undefined) yield this.#decode(resource, row.namespace, row.name, row.object)
       else if (changed.object !== undefined) yield changed.object
     }
     for (; next < gone.length; next++) {
@@ -259,7 +365,7 @@ export class SqliteObjectStore implements ObjectStore {
     const version = this.#version + 1
     const stored: KubeObject = { ...object, metadata: { ...object.metadata, resourceVersion: String(version) } }
     const key = keyOf(resource, stored)
-    const text = JSON.stringify(stored)
+    const text = this.#encode(resource, key, stored)
     const db = this.#db
     db.exec("BEGIN IMMEDIATE")
     try {
@@ -299,7 +405,7 @@ export class SqliteObjectStore implements ObjectStore {
         key.namespace,
         key.name,
         text,
-        previous === undefined ? null : JSON.stringify(previous),
+        previous === undefined ? null : this.#encode(resource, key, previous),
       )
       this.#sql(
         "INSERT INTO kube_counters (name, value) VALUES ('version', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
@@ -364,8 +470,8 @@ export class SqliteObjectStore implements ObjectStore {
       resource: row.resource,
       namespace: row.namespace,
       name: row.name,
-      object: JSON.parse(row.object),
-      previous: row.previous === null ? undefined : JSON.parse(row.previous),
+      object: this.#decode(row.resource, row.namespace, row.name, row.object),
+      previous: row.previous === null ? undefined : this.#decode(row.resource, row.namespace, row.name, row.previous),
     }))
   }
 
@@ -387,3 +493,64 @@ export const keyOf = (resource: string, object: KubeObject): ObjectKey => ({
   namespace: object.metadata.namespace ?? "",
   name: object.metadata.name ?? "",
 })
+
+/**
+ * The cipher of a database's Secrets. The key is the one given, else the key file beside the
+ * database (made when neither it nor a key check exists: a new key could not
+ * read what an old one wrote), else, in memory, a random one. The key check
+ * is stored if missing, then decrypted: a wrong key fails here, at open.
+ */
+function openCipher(db: DatabaseSync, options: SqliteObjectStoreOptions): SecretCipher {
+  const location = typeof options.db === "string" ? options.db : options.db.location()
+  const inMemory = location === null || location === "" || location === ":memory:"
+  const readCheck = () =>
+    (db.prepare("SELECT sealed FROM kube_key_check WHERE id = 1").get() as { sealed: string } | undefined)?.sealed
+  const existing = readCheck()
+  let key: Uint8Array
+  let source: string
+  if (options.secretKey !== undefined) {
+    key = options.secretKey
+    source = "the secretKey option"
+  } else if (inMemory) {
+    key = randomBytes(keyBytes)
+    source = "a random in-memory key"
+  } else {
+    const keyFile = `${location}.key`
+    source = `the key file "${keyFile}"`
+    const read = readKeyFile(keyFile)
+    if (read !== undefined) key = read
+    else if (existing !== undefined)
+      throw new Error(
+        `cannot open the embedded Kubernetes API database "${location}": its Secrets are encrypted with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt them)`,
+      )
+    else key = createKeyFile(keyFile)
+  }
+  const cipher = new SecretCipher(key)
+  let sealed = existing
+  if (sealed === undefined) {
+    db.exec("BEGIN IMMEDIATE")
+    try {
+      // Another process may have stored one meanwhile: check against that one.
+      sealed = readCheck()
+      if (sealed === undefined) {
+        sealed = cipher.seal(keyCheckText, keyCheckAad)
+        db.prepare("INSERT INTO kube_key_check (id, sealed) VALUES (1, ?)").run(sealed)
+      }
+      db.exec("COMMIT")
+    } catch (error) {
+      db.exec("ROLLBACK")
+      throw error
+    }
+  }
+  let opened: string | undefined
+  try {
+    opened = cipher.unseal(sealed, keyCheckAad)
+  } catch {
+    opened = undefined
+  }
+  if (opened !== keyCheckText)
+    throw new Error(
+      `cannot open the embedded Kubernetes API database "${location ?? ":memory:"}": its Secrets were encrypted with another key than ${source}`,
+    )
+  return cipher
+}
