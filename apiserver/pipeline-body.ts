@@ -1,7 +1,7 @@
 import type { Feature } from "../lib/config/features.ts"
 import { badRequest } from "../lib/core/errors.ts"
 import { inferContentType } from "../lib/script/content-type.ts"
-import { scriptProblem } from "../lib/script/pipeline-check.ts"
+import { contentProblem } from "../lib/script/pipeline-check.ts"
 import { assertSecretEntry } from "../lib/secrets/secret-store.ts"
 import { onlyFields } from "./body.ts"
 import type { PipelineSpec } from "./resources.ts"
@@ -71,11 +71,9 @@ export async function pipelineWrite(
   }
   const webhookSecret = webhookSecretOf(body.webhook_secret, rules.features)
   const secrets = secretsOf(body.secrets, rules.features)
-  if (spec.contentType !== "yaml") {
-    // Refused at store time with the compiler's message, so a broken script never reaches a run.
-    const problem = await scriptProblem(name, spec.contentType ?? "ts", content)
-    if (problem !== undefined) throw badRequest(problem)
-  }
+  // Refused at store time with the compiler's or validator's message, so broken content never reaches a run.
+  const problem = await contentProblem(name, spec.contentType ?? "ts", content)
+  if (problem !== undefined) throw badRequest(problem)
   if (previous?.paused === true) spec.paused = true
   const keepsRef = webhookSecret === undefined && previous?.webhookSecretRef !== undefined
   if (keepsRef) spec.webhookSecretRef = previous.webhookSecretRef

@@ -177,15 +177,25 @@ describe("the pipeline reconciler", () => {
     expect(second.status?.conditions?.[0]?.lastTransitionTime).toBe(first.status?.conditions?.[0]?.lastTransitionTime)
   })
 
-  it("says YAML is not supported yet with Ready=Unknown", async () => {
+  it("validates YAML: Ready=True when valid, Ready=False with the path and line of each problem", async () => {
     await start()
-    await createPipeline("yaml", "jobs:\n  - name: build\n    plan: []\n")
-    const pipeline = await eventually(
-      () => getPipeline("yaml"),
-      (p) => p.status?.observedGeneration === 1,
-      "the status is written",
+    await createPipeline(
+      "yaml",
+      'jobs:\n  - name: build\n    plan:\n      - task: unit\n        config:\n          platform: linux\n          run: { path: "true" }\n',
     )
-    expect(pipeline.status?.conditions?.[0]).toMatchObject({ status: "Unknown", reason: "YamlNotSupportedYet" })
+    await createPipeline("bad-yaml", "jobs:\n  - name: build\n    plan:\n      - task: unit\n        confg: {}\n")
+    const written = (name: string) =>
+      eventually(
+        () => getPipeline(name),
+        (p) => p.status?.observedGeneration === 1,
+        "the status is written",
+      )
+    expect((await written("yaml")).status?.conditions?.[0]).toMatchObject({ status: "True", reason: "Validated" })
+    const bad = (await written("bad-yaml")).status?.conditions?.[0]
+    expect(bad).toMatchObject({ status: "False", reason: "InvalidContent" })
+    expect(bad?.message).toMatch(/jobs\[0\]\.plan\[0\]/)
+    expect(bad?.message).toMatch(/did you mean "config"/)
+    expect(bad?.message).toMatch(/line 5/)
   })
 })
 

@@ -1,4 +1,4 @@
-import { scriptFilename, scriptProblem } from "../lib/script/pipeline-check.ts"
+import { contentProblem, scriptFilename } from "../lib/script/pipeline-check.ts"
 import { contentTypeOf, type PipelineSpec } from "./resources.ts"
 
 /** What the Pipeline reconciler writes as the `Ready` condition. */
@@ -10,20 +10,16 @@ export type ContentCheck = {
 
 /**
  * Checks a pipeline's content without running any of it (lib/script/pipeline-check.ts,
- * which the API server also uses at store time); YAML is not validated yet.
- * `name` is the Pipeline's name, shown in the messages as the file.
+ * which the API server also uses at store time). `name` is the Pipeline's
+ * name, shown in the messages as the file.
  */
 export async function checkPipelineContent(name: string, spec: PipelineSpec): Promise<ContentCheck> {
   const contentType = contentTypeOf(spec)
-  if (contentType === "yaml") {
-    return {
-      status: "Unknown",
-      reason: "YamlNotSupportedYet",
-      message: "YAML pipelines are not validated or run by this version of runnel yet",
-    }
-  }
-  const problem = await scriptProblem(name, contentType, spec.content)
+  const problem = await contentProblem(name, contentType, spec.content)
   if (problem !== undefined) return { status: "False", reason: "InvalidContent", message: problem }
+  if (contentType === "yaml") {
+    return { status: "True", reason: "Validated", message: `${name}.yaml is a valid pipeline` }
+  }
   const filename = scriptFilename(name, contentType)
   return { status: "True", reason: "Compiled", message: `${filename} compiled and exports a pipeline` }
 }

@@ -97,11 +97,18 @@ describe("the REST API of runnel server", () => {
   })
 
   it("infers content_type yaml for a mapping with a jobs list, and accepts yml", async () => {
-    const yaml = "jobs:\n  - name: build\n    plan: []\n"
+    const yaml =
+      'jobs:\n  - name: build\n    plan:\n      - task: unit\n        config:\n          platform: linux\n          run: { path: "true" }\n'
     expect((await api("PUT", "/api/pipelines/yaml-one", { content: yaml })).body.content_type).toBe("yaml")
     expect(
-      (await api("PUT", "/api/pipelines/yaml-two", { content: "a: 1\n", content_type: "yml" })).body.content_type,
+      (await api("PUT", "/api/pipelines/yaml-two", { content: yaml, content_type: "yml" })).body.content_type,
     ).toBe("yaml")
+    // YAML is validated as `fly set-pipeline` would: each problem with its path and line.
+    const invalid = await api("PUT", "/api/pipelines/yaml-bad", { content: "a: 1\n", content_type: "yaml" })
+    expect(invalid.status).toBe(400)
+    expect(invalid.body.error).toMatch(
+      /yaml-bad\.yaml has 2 problems:\n- a: unknown key "a" in the pipeline; known keys: jobs, .* \(line 1\)/,
+    )
     // A mapping without jobs is a script, so it is compiled, and refused for lack of a pipeline export.
     const notYaml = await api("PUT", "/api/pipelines/not-yaml", { content: "a: 1\n" })
     expect(notYaml.status).toBe(400)

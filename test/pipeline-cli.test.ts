@@ -57,7 +57,8 @@ describe("runnel server: store-time checks, features, audit", () => {
     expect(put.status).toBe(400)
     expect(put.body.error).toContain("does not export a pipeline function")
     const yaml = await call(server.url, "PUT", "/api/pipelines/yaml-one", {
-      content: "jobs:\n  - name: build\n    plan: []\n",
+      content:
+        'jobs:\n  - name: build\n    plan:\n      - task: unit\n        config:\n          platform: linux\n          run: { path: "true" }\n',
     })
     expect(yaml.status).toBe(201)
     expect(yaml.body.content_type).toBe("yaml")
@@ -125,7 +126,10 @@ describe("runnel pipeline (client commands)", () => {
     server = await startServer()
     work = mkdtempSync(join(dir, "client-"))
     writeFileSync(join(work, "hello.ts"), hello)
-    writeFileSync(join(work, "flow.yaml"), "jobs:\n  - name: build\n    plan: []\n")
+    writeFileSync(
+      join(work, "flow.yaml"),
+      'jobs:\n  - name: build\n    plan:\n      - task: unit\n        config:\n          platform: linux\n          run: { path: "true" }\n',
+    )
   }, 30_000)
 
   it("sets a file under its base name with its content type, and ls shows it", async () => {
@@ -271,10 +275,11 @@ describe("runnel pipeline (client commands)", () => {
     child.kill("SIGINT")
     const code = await new Promise((resolve) => child.on("close", resolve))
     expect(code).toBe(130)
-    expect(stderr).toContain("detached")
-    expect(stderr).toContain(`${server.url}/api/runs/<id>/stop`)
-    const runs = await call(server.url, "GET", "/api/runs?status=running&per_page=100")
-    expect(runs.body.items.some((r: { pipeline_name: string }) => r.pipeline_name === "slow")).toBe(true)
+    const runId = /detached; run (\S+) goes on/.exec(stderr)?.[1]
+    expect(runId, stderr).toBeDefined()
+    expect(stderr).toContain(`POST ${server.url}/api/runs/${runId}/stop`)
+    const run = await call(server.url, "GET", `/api/runs/${runId}`)
+    expect(run.body).toMatchObject({ pipeline_name: "slow", status: "running", trigger_type: "cli" })
   }, 30_000)
 
   it("has --help on every command", async () => {

@@ -1,8 +1,30 @@
 import { errorMessage } from "../core/errors.ts"
+import { parseYamlPipeline } from "../yaml/parse.ts"
+import { YamlPipelineError } from "../yaml/yaml-pipeline-error.ts"
 import { compileScript } from "./compile.ts"
 
-/** The script kinds of a pipeline's content; YAML is checked elsewhere. */
+/** The script kinds of a pipeline's content. */
 export type ScriptType = "ts" | "js"
+
+/**
+ * Checks a pipeline's content without running any of it: a script as
+ * scriptProblem() does, YAML as Concourse's `fly set-pipeline` would (every
+ * problem with its path and line). `undefined` when it is fine.
+ */
+export async function contentProblem(
+  name: string,
+  contentType: ScriptType | "yaml",
+  content: string,
+): Promise<string | undefined> {
+  if (contentType !== "yaml") return scriptProblem(name, contentType, content)
+  try {
+    parseYamlPipeline(content, { source: `${name}.yaml` })
+    return undefined
+  } catch (error) {
+    if (error instanceof YamlPipelineError) return error.message
+    throw error
+  }
+}
 
 /**
  * Checks a pipeline script without running any of it: it must compile and
