@@ -423,4 +423,48 @@ spec:
     expect(tasks.body[0].stdout).toBe("applied\n")
     server.child.kill("SIGTERM")
   })
+
+  it.skipIf(!kubectlAvailable)("are audited with the actor kubernetes: apply, patch paused, delete", async () => {
+    const server = await startServer()
+    const kubectl = (...args: string[]) =>
+      new Promise<string>((resolve, reject) =>
+        execFile(
+          "kubectl",
+          ["--server", `${server.url}/k8s`, "--cache-dir", join(dir, "kube-cache"), ...args],
+          { env: { ...process.env, KUBECONFIG: join(dir, "no-kubeconfig") }, timeout: 20_000 },
+          (error, stdout, stderr) => (error === null ? resolve(stdout) : reject(new Error(stderr))),
+        ),
+      )
+    const audited = () =>
+      server
+        .stdout()
+        .split("\n")
+        .filter((line) => line.startsWith("{"))
+        .map((line) => JSON.parse(line))
+        .filter((entry) => entry.kind === "audit" && entry.pipeline === "kubectl-made")
+    const manifest = join(dir, "kubectl-audited.yaml")
+    writeFileSync(
+      manifest,
+      `apiVersion: runnel.dev/v1alpha1\nkind: Pipeline\nmetadata:\n  name: kubectl-made\nspec:\n  content: ${JSON.stringify(script("true"))}\n`,
+    )
+    await kubectl("apply", "-f", manifest)
+    await kubectl("patch", "pipelines.runnel.dev", "kubectl-made", "--type", "merge", "-p", '{"spec":{"paused":true}}')
+    // A change through the REST API in between is audited once, as the API's, not again as kubectl's.
+    expect((await call(server.url, "POST", "/api/pipelines/kubectl-made/unpause")).status).toBe(200)
+    await kubectl("delete", "pipelines.runnel.dev", "kubectl-made")
+    const entries = await eventually(
+      async () => audited(),
+      (found) => found.length >= 4,
+      "four audit entries",
+    )
+    const id = (entries[0] as { pipeline_id: string }).pipeline_id
+    expect(entries.map(({ msg, actor }) => [msg, actor])).toEqual([
+      ["pipeline.upsert", "kubernetes"],
+      ["pipeline.paused", "kubernetes"],
+      ["pipeline.unpaused", "anonymous"],
+      ["pipeline.delete", "kubernetes"],
+    ])
+    for (const entry of entries) expect(entry).toMatchObject({ pipeline: "kubectl-made", pipeline_id: id })
+    server.child.kill("SIGTERM")
+  })
 })

@@ -1,0 +1,142 @@
+// GET /api/runs with 100k runs: page latency p50/p99 of `runnel server` against listing one page of
+// the same Run resources from its embedded Kubernetes API directly (GET /k8s/...runs?limit=20), the
+// floor, measured in the same run on the same server.
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
+import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
+import type { BenchLine } from "./operator.ts"
+
+const runnelBin = join(import.meta.dirname, "..", "bin", "runnel")
+const crdsDir = join(import.meta.dirname, "..", "crds")
+const phases = ["success", "failure", "error", "aborted"] as const
+
+/**
+ * Writes `count` finished Runs of `pipelines` pipelines into the embedded API's database in
+ * process (through its resource verbs, as its HTTP handler would), so the server starts on them.
+ */
+function seed(db: string, count: number, pipelines: number): void {
+  const api = createEmbeddedApi({ db, crds: loadCrds(crdsDir) })
+  const type = (plural: string) => {
+    const found = api.resources.types.byPath("runnel.dev/v1alpha1", plural)
+    if (found === undefined) throw new Error(`the CRDs lack ${plural}`)
+    return found
+  }
+  const pipelineType = type("pipelines")
+  const runType = type("runs")
+  const owners = Array.from({ length: pipelines }, (_, n) => {
+    const { object } = api.resources.create(pipelineType, "default", {
+      apiVersion: "runnel.dev/v1alpha1",
+      kind: "Pipeline",
+      metadata: { name: `p${n}` },
+      spec: { content: "export const pipeline = async () => {}\n", contentType: "ts", driver: "native" },
+    })
+    return object
+  })
+  for (let n = 0; n < count; n++) {
+    const owner = owners[n % pipelines]
+    const name = `run-${n.toString(36).padStart(6, "0")}`
+    api.resources.create(runType, "default", {
+      apiVersion: "runnel.dev/v1alpha1",
+      kind: "Run",
+      metadata: {
+        name,
+        labels: { "runnel.dev/pipeline": owner?.metadata.name },
+        ownerReferences: [
+          { apiVersion: "runnel.dev/v1alpha1", kind: "Pipeline", name: owner?.metadata.name, uid: owner?.metadata.uid },
+        ],
+      },
+      spec: { pipelineRef: { name: owner?.metadata.name }, trigger: { type: "manual", by: "anonymous", args: [] } },
+    })
+    const phase = phases[n % phases.length] ?? "success"
+    const at = new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString()
+    api.resources.patch(
+      runType,
+      "default",
+      name,
+      "application/merge-patch+json",
+      { status: { phase, code: phase === "success" ? 0 : 1, message: "", startedAt: at, finishedAt: at, tasks: [] } },
+      { subresource: "status" },
+    )
+  }
+  api.close()
+}
+
+async function startServer(dir: string): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(
+    runnelBin,
+    ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(dir, "runnel.db")],
+    { cwd: dir, stdio: ["ignore", "pipe", "ignore"] },
+  )
+  const url = await new Promise<string>((resolve, reject) => {
+    let seen = ""
+    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
+      seen += text
+      const match = /listening on (http:\/\/\S+)/.exec(seen)
+      if (match?.[1] !== undefined) resolve(match[1])
+    })
+    child.on("exit", (code) => reject(new Error(`runnel server exited ${code}`)))
+  })
+  child.stdout?.resume()
+  return { url, child }
+}
+
+async function timed(url: string): Promise<number> {
+  const started = performance.now()
+  const response = await fetch(url)
+  await response.arrayBuffer()
+  if (!response.ok) throw new Error(`${url} answered ${response.status}`)
+  return performance.now() - started
+}
+
+const percentile = (values: readonly number[], p: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] ?? Number.NaN
+}
+
+export async function runListBench(line: BenchLine, count = 100_000): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "runnel-bench-list-"))
+  const seedStarted = performance.now()
+  seed(join(dir, "runnel.db"), count, 20)
+  const seedSeconds = (performance.now() - seedStarted) / 1000
+  const { url, child } = await startServer(dir)
+  try {
+    const floorUrl = `${url}/k8s/apis/runnel.dev/v1alpha1/namespaces/default/runs?limit=20`
+    const pages = Math.ceil(count / 20)
+    const queries = [
+      () => `${url}/api/runs?page=${1 + Math.floor(Math.random() * pages)}&per_page=20`,
+      () => `${url}/api/runs?status=failure&page=${1 + Math.floor(Math.random() * 100)}`,
+      () => `${url}/api/runs?pipeline_id=p${Math.floor(Math.random() * 20)}&page=2`,
+    ]
+    for (let n = 0; n < 20; n++) {
+      await timed(floorUrl)
+      await timed(queries[0]?.() ?? url)
+    }
+    const runnel: number[] = []
+    const floor: number[] = []
+    for (let n = 0; n < 300; n++) {
+      floor.push(await timed(floorUrl))
+      runnel.push(await timed(queries[n % queries.length]?.() ?? url))
+    }
+    line(
+      `runs list ${count / 1000}k`,
+      `p50 ${percentile(runnel, 50).toFixed(2)} p99 ${percentile(runnel, 99).toFixed(2)} ms`,
+      `p50 ${percentile(floor, 50).toFixed(2)} p99 ${percentile(floor, 99).toFixed(2)} ms`,
+      `${(percentile(runnel, 99) / percentile(floor, 99)).toFixed(2)} at p99`,
+      `p99 < 10 ms (random pages, ?status, ?pipeline_id; floor: one page from /k8s; seeded in ${seedSeconds.toFixed(0)} s)`,
+    )
+  } finally {
+    child.kill("SIGTERM")
+    await new Promise((resolve) => child.on("exit", resolve))
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+if (import.meta.main) {
+  await runListBench(
+    (...cells) => console.log(cells.join("  ")),
+    Number(process.env.BENCH_RUNS ?? 100_000),
+  )
+}
