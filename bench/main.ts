@@ -18,6 +18,7 @@ import { runApiBench } from "./api.ts"
 import { rawTask } from "./docker-floor.ts"
 import { median } from "./median.ts"
 import { runOperatorBench } from "./operator.ts"
+import { runListBench } from "./run-list.ts"
 import { quietObserver } from "./quiet-observer.ts"
 
 const reps = Number(process.env.BENCH_REPS ?? 3)
@@ -170,6 +171,7 @@ try {
   logThroughput()
   await runOperatorBench(line)
   await runApiBench(line, reps)
+  await runListBench(line)
 } finally {
   await store.close()
   await driver.close()
