@@ -33,6 +33,13 @@ export interface LogStore {
    * it. A query FTS5 cannot parse throws a 400 RunnelError naming it.
    */
   search(query: string, options?: { runId?: string; limit?: number }): SearchHit[]
+  /**
+   * Keeps a piece of a run's input too large for its resource (a webhook body
+   * above 512 KiB), committed before it returns; `name` replaces an earlier one.
+   */
+  attach(runId: string, name: string, data: string): void
+  /** What attach() kept, or undefined. */
+  attachment(runId: string, name: string): string | undefined
   /** Waits until everything appended so far is committed and indexed. */
   flush(): Promise<void>
   /** Flushes and closes; idempotent. */

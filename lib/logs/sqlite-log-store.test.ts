@@ -45,6 +45,16 @@ for (const kind of ["file", ":memory:"] as const) {
       expect(store.search("anything", { runId: "missing" })).toEqual([])
     })
 
+    it("keeps attachments of a run, the last one of a name winning, and answers undefined for others", async () => {
+      const store = await openStore()
+      const body = "x".repeat(600 * 1024)
+      store.attach("r1", "webhook-body", "first")
+      store.attach("r1", "webhook-body", body)
+      expect(store.attachment("r1", "webhook-body")).toBe(body)
+      expect(store.attachment("r1", "other")).toBeUndefined()
+      expect(store.attachment("r2", "webhook-body")).toBeUndefined()
+    })
+
     it("gives back task records and output as they were saved", async () => {
       const store = await openStore()
       const build = task("r1", "tasks/1/build")

@@ -45,6 +45,7 @@ const migrations: readonly string[] = [
    INSERT INTO fts_progress VALUES (0);`,
   // A run's chunks in id order, for cursor reads (readChunks): (run_id) entries are ordered by rowid within a run.
   "CREATE INDEX chunks_by_run ON chunks (run_id)",
+  "CREATE TABLE attachments (run_id TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (run_id, name))",
 ]
 
 const busyTimeoutMs = 5_000
@@ -138,6 +139,8 @@ class SqliteLogStore implements LogStore {
   readonly #selectChunks: StatementSync
   readonly #search: StatementSync
   readonly #searchRun: StatementSync
+  readonly #attach: StatementSync
+  readonly #attachment: StatementSync
   #tasks: TaskRecord[] = []
   #chunks: Chunk[] = []
   #queuedChars = 0
@@ -163,12 +166,25 @@ class SqliteLogStore implements LogStore {
                   FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid`
     this.#search = db.prepare(`${hits} WHERE chunks_fts MATCH ? ORDER BY chunks_fts.rowid DESC LIMIT ?`)
     // A run's chunks lie between its first and last id, a range FTS5 skips to instead of reading every hit.
+    this.#attach = db.prepare("INSERT OR REPLACE INTO attachments (run_id, name, data) VALUES (?, ?, ?)")
+    this.#attachment = db.prepare("SELECT data FROM attachments WHERE run_id = ? AND name = ?")
     this.#searchRun = db.prepare(
       `${hits} WHERE chunks_fts MATCH $query AND c.run_id = $runId
          AND chunks_fts.rowid BETWEEN (SELECT min(id) FROM chunks WHERE run_id = $runId)
                                   AND (SELECT max(id) FROM chunks WHERE run_id = $runId)
        ORDER BY chunks_fts.rowid DESC LIMIT $limit`,
     )
+  }
+
+  // Written on this connection, not the writer's batches: the caller needs it committed before it goes on.
+  attach(runId: string, name: string, data: string): void {
+    this.#assertOpen()
+    this.#attach.run(runId, name, data)
+  }
+
+  attachment(runId: string, name: string): string | undefined {
+    const row = this.#attachment.get(runId, name)
+    return row === undefined ? undefined : String(row.data)
   }
 
   saveTask(record: TaskRecord): void {

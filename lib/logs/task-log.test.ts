@@ -20,6 +20,8 @@ function recordingStore() {
         .join(""),
     readChunks: () => [],
     search: () => [],
+    attach() {},
+    attachment: () => undefined,
     flush: async () => {},
     close: async () => {},
   }
