@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { DatabaseSync } from "node:sqlite"
 import { afterEach, describe, expect, it } from "vitest"
 import type { KubeObject } from "./object-meta.ts"
 import type { StoredEvent } from "./object-store.ts"
@@ -25,6 +26,23 @@ const object = (name: string, namespace = "default", extra: Partial<KubeObject> 
 })
 
 describe("SQLite object store", () => {
+  it("finds an object's owner references by index, so a write costs the same with 100k owned objects", () => {
+    const dir = mkdtempSync(join(tmpdir(), "runnel-object-store-plan-"))
+    const path = join(dir, "kube.db")
+    new SqliteObjectStore({ db: path }).close()
+    const db = new DatabaseSync(path)
+    try {
+      const plan = db
+        .prepare("EXPLAIN QUERY PLAN DELETE FROM kube_owner_refs WHERE resource = ? AND namespace = ? AND name = ?")
+        .all("runs", "default", "x")
+        .map((row) => String(row.detail))
+      expect(plan.join("\n")).toMatch(/USING (COVERING )?INDEX kube_owner_refs_by_dependent/)
+    } finally {
+      db.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it("gives every write the next version, across kinds, and tells subscribers after commit", () => {
     const store = new SqliteObjectStore({ db: ":memory:" })
     const seen: StoredEvent[] = []

@@ -108,6 +108,8 @@ CREATE TABLE IF NOT EXISTS kube_owner_refs (
   name TEXT NOT NULL,
   PRIMARY KEY (owner_uid, resource, namespace, name)
 ) WITHOUT ROWID;
+-- Each write replaces its object's rows here: without this index that delete read the whole table.
+CREATE INDEX IF NOT EXISTS kube_owner_refs_by_dependent ON kube_owner_refs (resource, namespace, name);
 CREATE TABLE IF NOT EXISTS kube_events (
   version INTEGER PRIMARY KEY,
   type TEXT NOT NULL,
