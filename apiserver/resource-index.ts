@@ -84,6 +84,22 @@ const tombstoneLimit = 10_000
 export class ObjectIndex<T extends KubernetesObject> {
   readonly #byName = new Map<string, T>()
   readonly #tombstones = new Set<string>()
+  readonly #listeners = new Map<string, Set<(object: T | undefined) => void>>()
+
+  /** Calls `listener` with each newer version of the object `name` (undefined once it is gone) until unsubscribed. */
+  onChange(name: string, listener: (object: T | undefined) => void): () => void {
+    const listeners = this.#listeners.get(name) ?? new Set()
+    listeners.add(listener)
+    this.#listeners.set(name, listeners)
+    return () => {
+      listeners.delete(listener)
+      if (listeners.size === 0 && this.#listeners.get(name) === listeners) this.#listeners.delete(name)
+    }
+  }
+
+  #notify(name: string, object: T | undefined): void {
+    for (const listener of this.#listeners.get(name) ?? []) listener(object)
+  }
 
   get(name: string): T | undefined {
     return this.#byName.get(name)
@@ -106,6 +122,7 @@ export class ObjectIndex<T extends KubernetesObject> {
     if (current !== undefined && current.metadata?.uid === uid && !newer(object, current)) return false
     this.#byName.set(name, object)
     this.added(current, object)
+    this.#notify(name, object)
     return true
   }
 
@@ -121,6 +138,7 @@ export class ObjectIndex<T extends KubernetesObject> {
     if (current === undefined || current.metadata?.uid !== uid) return false
     this.#byName.delete(name)
     this.removed(current)
+    this.#notify(name, undefined)
     return true
   }
 
@@ -139,52 +157,118 @@ function newer(candidate: KubernetesObject, current: KubernetesObject): boolean 
 
 export type RunFilter = { status?: string; pipeline?: string }
 
-/** Runs, also in creation order (oldest first, ties by name) for pages newest first. */
+/**
+ * Runs, also in creation order (oldest first, ties by name), all of them and
+ * per phase and per pipeline, so that a page newest first, with or without a
+ * filter, and its total cost a binary search and a slice, not a scan.
+ */
 export class RunIndex extends ObjectIndex<RunResource> {
-  readonly #order: RunResource[] = []
+  readonly #all = new OrderedRuns()
+  readonly #byPhase = new Map<string, OrderedRuns>()
+  readonly #byPipeline = new Map<string, OrderedRuns>()
 
   /** One page of the Runs `filter` selects, newest first, and how many it selects in all. */
   page(filter: RunFilter, offset: number, count: number): { items: RunResource[]; total: number } {
-    const items: RunResource[] = []
-    let total = 0
-    for (let i = this.#order.length - 1; i >= 0; i--) {
-      const run = this.#order[i] as RunResource
-      if (filter.status !== undefined && (run.status?.phase ?? "queued") !== filter.status) continue
-      if (filter.pipeline !== undefined && run.spec.pipelineRef.name !== filter.pipeline) continue
-      if (total >= offset && items.length < count) items.push(run)
-      total++
+    const byPhase = filter.status === undefined ? undefined : (this.#byPhase.get(filter.status) ?? empty)
+    const byPipeline = filter.pipeline === undefined ? undefined : (this.#byPipeline.get(filter.pipeline) ?? empty)
+    if (byPhase !== undefined && byPipeline !== undefined) {
+      // Both: walk the shorter list, newest first, checking the other condition.
+      const [walked, other] = byPhase.size <= byPipeline.size ? [byPhase, byPipeline] : [byPipeline, byPhase]
+      const items: RunResource[] = []
+      let total = 0
+      for (const run of walked.newestFirst()) {
+        if (!other.has(run)) continue
+        if (total >= offset && items.length < count) items.push(run)
+        total++
+      }
+      return { items, total }
     }
-    return { items, total }
+    const list = byPhase ?? byPipeline ?? this.#all
+    return { items: list.newestSlice(offset, count), total: list.size }
   }
 
   /** Runs not yet started: the queue a trigger is admitted to. */
   queued(): number {
-    let count = 0
-    for (const run of this.#order) if ((run.status?.phase ?? "queued") === "queued") count++
-    return count
+    return this.#byPhase.get("queued")?.size ?? 0
   }
 
   protected override added(before: RunResource | undefined, after: RunResource): void {
-    if (before !== undefined) this.#order.splice(this.#position(before), 1)
-    this.#order.splice(this.#position(after), 0, after)
+    if (before !== undefined) this.removed(before)
+    this.#all.add(after)
+    listOf(this.#byPhase, phaseOf(after)).add(after)
+    listOf(this.#byPipeline, after.spec.pipelineRef.name).add(after)
   }
 
   protected override removed(run: RunResource): void {
-    this.#order.splice(this.#position(run), 1)
+    this.#all.remove(run)
+    this.#byPhase.get(phaseOf(run))?.remove(run)
+    this.#byPipeline.get(run.spec.pipelineRef.name)?.remove(run)
+  }
+}
+
+const phaseOf = (run: RunResource) => run.status?.phase ?? "queued"
+
+function listOf(lists: Map<string, OrderedRuns>, key: string): OrderedRuns {
+  let list = lists.get(key)
+  if (list === undefined) {
+    list = new OrderedRuns()
+    lists.set(key, list)
+  }
+  return list
+}
+
+/** Runs sorted by creation time, then name; one entry per run name. */
+class OrderedRuns {
+  readonly #runs: RunResource[] = []
+  readonly #keys: string[] = []
+
+  get size(): number {
+    return this.#runs.length
   }
 
-  /** Where `run` is, or would go, in #order (binary search on creation time, then name). */
-  #position(run: RunResource): number {
+  add(run: RunResource): void {
     const key = sortKey(run)
+    const at = this.#position(key)
+    this.#runs.splice(at, 0, run)
+    this.#keys.splice(at, 0, key)
+  }
+
+  remove(run: RunResource): void {
+    const key = sortKey(run)
+    const at = this.#position(key)
+    if (this.#keys[at] !== key) return
+    this.#runs.splice(at, 1)
+    this.#keys.splice(at, 1)
+  }
+
+  has(run: RunResource): boolean {
+    const key = sortKey(run)
+    return this.#keys[this.#position(key)] === key
+  }
+
+  /** `count` runs from the `offset`-th newest. */
+  newestSlice(offset: number, count: number): RunResource[] {
+    const end = this.#runs.length - offset
+    return end <= 0 ? [] : this.#runs.slice(Math.max(0, end - count), end).reverse()
+  }
+
+  *newestFirst(): Generator<RunResource> {
+    for (let i = this.#runs.length - 1; i >= 0; i--) yield this.#runs[i] as RunResource
+  }
+
+  /** Where `key` is, or would go (binary search). */
+  #position(key: string): number {
     let low = 0
-    let high = this.#order.length
+    let high = this.#keys.length
     while (low < high) {
       const middle = (low + high) >>> 1
-      if (sortKey(this.#order[middle] as RunResource) < key) low = middle + 1
+      if ((this.#keys[middle] as string) < key) low = middle + 1
       else high = middle
     }
     return low
   }
 }
+
+const empty = new OrderedRuns()
 
 const sortKey = (run: RunResource) => `${String(run.metadata?.creationTimestamp ?? "")} ${run.metadata?.name ?? ""}`

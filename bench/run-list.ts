@@ -135,8 +135,5 @@ export async function runListBench(line: BenchLine, count = 100_000): Promise<vo
 }
 
 if (import.meta.main) {
-  await runListBench(
-    (...cells) => console.log(cells.join("  ")),
-    Number(process.env.BENCH_RUNS ?? 100_000),
-  )
+  await runListBench((...cells) => console.log(cells.join("  ")), Number(process.env.BENCH_RUNS ?? 100_000))
 }
