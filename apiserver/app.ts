@@ -16,6 +16,7 @@ import { metaRoutes } from "./routes/meta.ts"
 import { pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { pipelineRoutes } from "./routes/pipelines.ts"
 import { runRoutes } from "./routes/runs.ts"
+import { webhookRoutes } from "./routes/webhooks.ts"
 
 export type ApiServerDeps = {
   /** The Pipeline and Run resources of the server's namespace (kubeResources() over client-node). */
@@ -25,7 +26,7 @@ export type ApiServerDeps = {
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
   secrets: SecretStore
   /** Task output, as the operator stores it. */
-  logs: Pick<LogStore, "tasks" | "output" | "readChunks">
+  logs: Pick<LogStore, "tasks" | "output" | "readChunks" | "attach">
   /** The driver of a pipeline stored without one. */
   defaultDriver: string
   /** The drivers a pipeline may name, resolved (no `*`). */
@@ -36,6 +37,10 @@ export type ApiServerDeps = {
   features: readonly Feature[]
   /** Larger request bodies answer 413. */
   maxBodyBytes: number
+  /** How long a webhook waits for the pipeline's `http.respond()` before it gets 202. */
+  webhookTimeoutMs: number
+  /** Slack and Stripe webhook timestamps further than this from now are refused as replays. */
+  webhookMaxAgeMs: number
   /** Where the causes of 500s and failed streams go. */
   log: Log
   audit: AuditLog
@@ -57,6 +62,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     pipelineSecretRoutes(deps),
     runRoutes(deps),
     eventRoutes(deps),
+    webhookRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())

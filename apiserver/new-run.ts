@@ -1,16 +1,40 @@
 import { randomBytes } from "node:crypto"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
 import { runScope, type SecretStore } from "../lib/secrets/secret-store.ts"
 import type { ResourceIndex } from "./resource-index.ts"
-import { findPipeline, type Resources, type RunResource, runnelApiVersion } from "./resources.ts"
+import {
+  findPipeline,
+  type PipelineResource,
+  type Resources,
+  type RunResource,
+  type RunTrigger,
+  type RunWebhook,
+  runnelApiVersion,
+} from "./resources.ts"
 
 export type NewRunDeps = {
   resources: Pick<Resources, "getPipeline" | "createRun">
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Where a run's own global secrets wait for it. */
   secrets: Pick<SecretStore, "set" | "deleteScope">
+  /** Where inputs too large for a Run wait for it. */
+  logs: Pick<LogStore, "attach">
   /** Queued Runs beyond which a new run answers 503. */
   maxQueueSize: number
+}
+
+/** What starts a run: spec.trigger of the Run, and what waits for it outside the Run. */
+export type NewRun = {
+  type: string
+  args: string[]
+  /** Who or what started it; `anonymous` until authentication arrives. */
+  by?: string
+  webhook?: RunWebhook
+  /** Global secrets for this run only (`runnel pipeline run --global-secret`). */
+  globalSecrets?: Readonly<Record<string, string>>
+  /** Inputs too large for the Run, kept in the log store under its id before the Run exists. */
+  attachments?: Readonly<Record<string, string>>
 }
 
 /**
@@ -18,14 +42,15 @@ export type NewRunDeps = {
  * POST /api/pipelines/:id/trigger does: 404 for an unknown pipeline, 409 when
  * it is paused, 503 when the queue is full, all before anything is created.
  */
-export async function createRun(
-  { resources, index, secrets, maxQueueSize }: NewRunDeps,
-  key: string,
-  trigger: { type: string; args: string[] },
-  globalSecrets: Readonly<Record<string, string>> = {},
-): Promise<RunResource> {
-  const pipeline = await findPipeline(resources, index.pipelines, key)
+export async function createRun(deps: NewRunDeps, key: string, run: NewRun): Promise<RunResource> {
+  const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
   if (pipeline === undefined) throw notFound("pipeline", key)
+  refuseIfPaused(pipeline)
+  return admitRun(deps, pipeline, run)
+}
+
+/** 409 for a paused pipeline: it refuses runs, triggers and webhooks (contract.md section 4). */
+export function refuseIfPaused(pipeline: PipelineResource): void {
   const name = pipeline.metadata?.name ?? ""
   if (pipeline.spec.paused === true) {
     throw new RunnelError(
@@ -34,6 +59,15 @@ export async function createRun(
       `pipeline "${name}" is paused; unpause it with POST /api/pipelines/${name}/unpause`,
     )
   }
+}
+
+/** Creates the Run of a pipeline already found and checked; 503 when the queue is full. */
+export function admitRun(
+  { resources, index, secrets, logs, maxQueueSize }: NewRunDeps,
+  pipeline: PipelineResource,
+  run: NewRun,
+): Promise<RunResource> {
+  const name = pipeline.metadata?.name ?? ""
   // Count and create under one lock: two triggers never both see room for one more Run.
   return admitted(resources, async () => {
     const queued = index.runs.queued()
@@ -46,9 +80,13 @@ export async function createRun(
     }
     const id = newRunId()
     // Stored before the Run exists, so the operator finds them when it starts the run.
+    const globalSecrets = run.globalSecrets ?? {}
     const ownSecrets = Object.keys(globalSecrets).length > 0
     if (ownSecrets) await secrets.set(runScope(id), globalSecrets)
-    const run = await resources
+    for (const [attachment, data] of Object.entries(run.attachments ?? {})) logs.attach(id, attachment, data)
+    const trigger: RunTrigger = { type: run.type, by: run.by ?? "anonymous", args: run.args }
+    if (run.webhook !== undefined) trigger.webhook = run.webhook
+    const created = await resources
       .createRun({
         apiVersion: runnelApiVersion,
         kind: "Run",
@@ -59,14 +97,14 @@ export async function createRun(
             { apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" },
           ],
         },
-        spec: { pipelineRef: { name }, trigger: { type: trigger.type, by: "anonymous", args: trigger.args } },
+        spec: { pipelineRef: { name }, trigger },
       })
       .catch(async (error: unknown) => {
         if (ownSecrets) await secrets.deleteScope(runScope(id))
         throw error
       })
-    index.runs.observe(run)
-    return run
+    index.runs.observe(created)
+    return created
   })
 }
 

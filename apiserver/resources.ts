@@ -8,7 +8,7 @@ import {
   setHeaderOptions,
   type V1Secret,
 } from "@kubernetes/client-node"
-import { badRequest } from "../lib/core/errors.ts"
+import { badRequest, RunnelError } from "../lib/core/errors.ts"
 import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
 import type { ObjectIndex } from "./resource-index.ts"
 
@@ -29,7 +29,19 @@ export type PipelineSpec = {
 
 export type PipelineResource = KubernetesObject & { spec: PipelineSpec }
 
-export type RunTrigger = { type?: string; by?: string; args?: string[] }
+/** spec.trigger.webhook: the request as the pipeline sees it; a body above 512 KiB is in the log store instead. */
+export type RunWebhook = {
+  provider: string
+  eventType: string
+  method: string
+  url: string
+  headers: Record<string, string>
+  query: Record<string, string>
+  body?: string
+  bodyStored?: boolean
+}
+
+export type RunTrigger = { type?: string; by?: string; args?: string[]; webhook?: RunWebhook }
 
 export type RunResource = KubernetesObject & {
   spec: { pipelineRef: { name: string }; trigger?: RunTrigger; stop?: boolean }
@@ -39,6 +51,7 @@ export type RunResource = KubernetesObject & {
     message?: string
     startedAt?: string | null
     finishedAt?: string | null
+    webhookResponse?: { status: number; headers?: Record<string, string>; body?: string }
     tasks?: {
       path: string
       name: string
@@ -68,6 +81,11 @@ export type Resources = {
   putWebhookSecret(pipeline: PipelineResource, value: string): Promise<void>
   /** `false` when it was already gone. */
   deleteSecret(name: string): Promise<boolean>
+  /**
+   * The webhook secret `pipeline.spec.webhookSecretRef` names; undefined when it
+   * names none. A reference to a Secret or key that is missing fails closed (503).
+   */
+  webhookSecret(pipeline: PipelineResource): Promise<string | undefined>
 }
 
 export const runnelApiVersion = "runnel.dev/v1alpha1"
@@ -121,6 +139,22 @@ export function kubeResources(kubeConfig: KubeConfig, namespace: string): Resour
       }
     },
     deleteSecret: async (name) => (await ifGone(core.deleteNamespacedSecret({ name, namespace }))) !== undefined,
+    webhookSecret: async (pipeline) => {
+      const ref = pipeline.spec.webhookSecretRef
+      if (ref === undefined) return undefined
+      const key = ref.key ?? defaultWebhookSecretKey
+      const secret = await ifGone(core.readNamespacedSecret({ name: ref.name, namespace }))
+      const data = secret?.data?.[key]
+      if (data === undefined) {
+        // Verifying without the secret would accept unsigned requests: refuse them all until it is back.
+        throw new RunnelError(
+          503,
+          "webhook_secret_missing",
+          `the webhook secret of pipeline "${pipeline.metadata?.name}" (Secret "${ref.name}", key "${key}") cannot be found; store it again with PUT /api/pipelines/${pipeline.metadata?.name} and "webhook_secret"`,
+        )
+      }
+      return Buffer.from(data, "base64").toString("utf8")
+    },
   }
 }
 

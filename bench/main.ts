@@ -18,8 +18,8 @@ import { runApiBench } from "./api.ts"
 import { rawTask } from "./docker-floor.ts"
 import { median } from "./median.ts"
 import { runOperatorBench } from "./operator.ts"
-import { runListBench } from "./run-list.ts"
 import { quietObserver } from "./quiet-observer.ts"
+import { runListBench } from "./run-list.ts"
 
 const reps = Number(process.env.BENCH_REPS ?? 3)
 const time = async (work: () => Promise<unknown>) => {
@@ -136,7 +136,7 @@ async function sandboxStart() {
   ).join("\n")
   const source = `${helpers}\nexport const pipeline = async () => {\n  const names: string[] = []\n  names.push(step0({ name: "a", n: 1 }))\n  assert.equal(names.length, 1)\n}\n`
   const lines = source.split("\n").length
-  const host = { runTask: async () => ({}), console: () => {}, respond: () => {} }
+  const host = { runTask: async () => ({}), console: () => {}, respond: () => false, webhookTrigger: () => true }
   const globals = { pipelineContext: {}, request: undefined }
   const limits = { memoryMb: 128, timeoutMs: 60_000 }
   const once = async () => {

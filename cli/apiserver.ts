@@ -20,6 +20,7 @@ import {
   serverFlags,
   urlHost,
   warnOpenAccess,
+  webhookSettings,
 } from "./server.ts"
 
 /** The API flags of `runnel server`, without the operator's own (in-flight limit, sandbox limits, secrets). */
@@ -34,6 +35,8 @@ const apiserverFlagNames = [
   "max-queue-size",
   "max-body-mb",
   "allowed-features",
+  "webhook-timeout",
+  "webhook-max-age",
   "secrets-sqlite-path",
   "secrets-sqlite-passphrase",
 ]
@@ -98,6 +101,7 @@ async function apiserver(options: Record<string, unknown>): Promise<void> {
       maxQueueSize,
       features: settings.features,
       maxBodyBytes,
+      ...webhookSettings(flags),
       draining: () => draining,
     })
   } catch (error) {

@@ -2,8 +2,14 @@ import { extname } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
 import { type Feature, parseFeatures } from "../lib/config/features.ts"
-import { type FlagSpec, type FlagValues, parseKeyValues, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
-import { parseDuration } from "../lib/core/duration.ts"
+import {
+  type FlagSpec,
+  type FlagValues,
+  parseDurationFlag,
+  parseKeyValues,
+  parsePositiveInt,
+  readFlags,
+} from "../lib/config/flags.ts"
 import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
@@ -125,9 +131,9 @@ export function operatorSettings(flags: FlagValues): OperatorSettings {
     maxInFlight: parsePositiveInt(flags["max-in-flight"] as string, "max-in-flight"),
     limits: {
       memoryMb: parsePositiveInt(flags["pipeline-memory-mb"] as string, "pipeline-memory-mb"),
-      timeoutMs: parseDuration(String(flags["pipeline-timeout"])),
+      timeoutMs: parseDurationFlag(flags["pipeline-timeout"] as string, "pipeline-timeout"),
     },
-    shutdownGraceMs: parseDuration(String(flags["shutdown-grace"])),
+    shutdownGraceMs: parseDurationFlag(flags["shutdown-grace"] as string, "shutdown-grace"),
     secrets: parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret"),
     secretStore: {
       path: String(flags["secrets-sqlite-path"]),

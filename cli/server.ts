@@ -4,7 +4,14 @@ import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
 import { startApiServer } from "../apiserver/app.ts"
-import { type FlagSpec, hostEnvironment, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
+import {
+  type FlagSpec,
+  type FlagValues,
+  hostEnvironment,
+  parseDurationFlag,
+  parsePositiveInt,
+  readFlags,
+} from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
 import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
@@ -35,6 +42,18 @@ export const serverFlags: readonly FlagSpec[] = [
     description: "queued runs beyond which triggers answer 503",
   },
   { name: "max-body-mb", value: "MB", defaultValue: "10", description: "largest request body the API accepts" },
+  {
+    name: "webhook-timeout",
+    value: "DURATION",
+    defaultValue: "5s",
+    description: "how long a webhook waits for the pipeline's http.respond() before it is answered 202",
+  },
+  {
+    name: "webhook-max-age",
+    value: "DURATION",
+    defaultValue: "5m",
+    description: "Slack and Stripe webhooks signed longer ago than this are refused as replays",
+  },
 ]
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
@@ -125,6 +144,7 @@ async function server(options: Record<string, unknown>): Promise<void> {
       maxQueueSize,
       features: settings.features,
       maxBodyBytes,
+      ...webhookSettings(flags),
       draining: () => draining,
     })
     api = apiServer.callback
@@ -153,6 +173,14 @@ export function configuredApiServer(
         `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
       ),
   })
+}
+
+/** The webhook flags of the API server, checked. */
+export function webhookSettings(flags: FlagValues) {
+  return {
+    webhookTimeoutMs: parseDurationFlag(flags["webhook-timeout"] as string, "webhook-timeout"),
+    webhookMaxAgeMs: parseDurationFlag(flags["webhook-max-age"] as string, "webhook-max-age"),
+  }
 }
 
 /** Open access beyond this machine is said loudly, on one stderr line: there is no authentication yet. */

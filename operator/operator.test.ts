@@ -383,6 +383,76 @@ describe("the run reconciler", () => {
   })
 })
 
+describe("webhook runs", () => {
+  const webhook = {
+    provider: "github",
+    eventType: "push",
+    method: "POST",
+    url: "/api/webhooks/hook?ref=main",
+    headers: { "x-github-event": "push", "content-type": "application/json" },
+    query: { ref: "main" },
+    body: '{"ref":"refs/heads/main"}',
+  }
+
+  it("writes the pipeline's http.respond() to the Run while the script still runs, then succeeds", async () => {
+    await start()
+    await createPipeline(
+      "hook",
+      script(
+        "const request = http.request()",
+        'http.respond({ status: 202, body: { event: request.headers["X-GitHub-Event"], ref: JSON.parse(request.body).ref } })',
+        "console.log(pipelineContext.triggeredBy, webhookTrigger('payload.ref == \"refs/heads/main\"'))",
+        task("build", "sleep 2"),
+      ),
+    )
+    await createRun("hook-1", "hook", { trigger: { type: "webhook", webhook } })
+    const answered = await eventually(
+      () => getRun("hook-1"),
+      (run) => run.status?.webhookResponse !== undefined,
+      "the response is in the status",
+    )
+    expect(answered.status?.phase).toBe("running")
+    expect(answered.status?.webhookResponse).toEqual({
+      status: 202,
+      headers: { "content-type": "application/json" },
+      body: '{"event":"push","ref":"refs/heads/main"}',
+    })
+    const run = await finished("hook-1")
+    expect(run.status?.phase).toBe("success")
+    expect(run.status?.webhookResponse).toEqual(answered.status?.webhookResponse)
+    expect(store.output("hook-1", "pipeline/console", "stdout")).toBe("webhook true\n")
+  })
+
+  it("keeps a response given just before the script ends", async () => {
+    await start()
+    await createPipeline("quick", script('http.respond({ status: 201, body: "done" })'))
+    await createRun("quick-1", "quick", { trigger: { type: "webhook", webhook } })
+    const run = await finished("quick-1")
+    expect(run.status).toMatchObject({ phase: "success", webhookResponse: { status: 201, headers: {}, body: "done" } })
+  })
+
+  it("reads a body too large for the Run from the log store", async () => {
+    await start()
+    await createPipeline("big", script("console.log(http.request().body.length)"))
+    store.attach("big-1", "webhook-body", "x".repeat(600 * 1024))
+    const { body: _, ...rest } = webhook
+    await createRun("big-1", "big", { trigger: { type: "webhook", webhook: { ...rest, bodyStored: true } } })
+    const run = await finished("big-1")
+    expect(run.status?.phase).toBe("success")
+    expect(store.output("big-1", "pipeline/console", "stdout")).toBe(`${600 * 1024}\n`)
+  })
+
+  it("ends a Run as error when its stored body is missing from the log store", async () => {
+    await start()
+    await createPipeline("lost", script("console.log(http.request().body)"))
+    const { body: _, ...rest } = webhook
+    await createRun("lost-1", "lost", { trigger: { type: "webhook", webhook: { ...rest, bodyStored: true } } })
+    const run = await finished("lost-1")
+    expect(run.status).toMatchObject({ phase: "error", code: 2 })
+    expect(run.status?.message).toContain("send the webhook again")
+  })
+})
+
 describe("resuming after a restart", () => {
   /** What an interrupted operator leaves: a Run `running` on known content, and its first task finished in the store. */
   async function interruptedRun(name: string, content: string, recordedContent = content) {

@@ -1,5 +1,6 @@
 import type { KubernetesObject } from "@kubernetes/client-node"
 import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
+import type { WebhookResponse } from "../lib/core/webhook-request.ts"
 import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 
 /** runnel's resources as crds/ defines them; only the fields the operator reads or writes. */
@@ -33,6 +34,21 @@ export type RunTrigger = {
   type?: "manual" | "args" | "webhook" | "schedule" | "cli"
   by?: string
   args?: string[]
+  webhook?: RunWebhook
+}
+
+/** `spec.trigger.webhook`: the request that started a webhook run. */
+export type RunWebhook = {
+  provider?: string
+  eventType?: string
+  method?: string
+  url?: string
+  headers?: Record<string, string>
+  query?: Record<string, string>
+  /** Absent when `bodyStored` is true. */
+  body?: string
+  /** The body was too large for the Run; it is the log store's attachment `webhook-body` of the run. */
+  bodyStored?: boolean
 }
 
 export type StatusTask = {
@@ -54,6 +70,8 @@ export type RunStatusFields = {
   tasks?: StatusTask[]
   observedGeneration?: number
   conditions?: Condition[]
+  /** The pipeline's `http.respond()`, which the API server sends to the webhook's caller. */
+  webhookResponse?: WebhookResponse
 }
 
 export type RunObject = KubernetesObject & {

@@ -5,6 +5,7 @@ import type { Log } from "../lib/core/log.ts"
 import type { TaskRecord } from "../lib/core/run.ts"
 import { type FinalRunStatus, runExitCode } from "../lib/core/status.ts"
 import { consoleTaskPath } from "../lib/core/task-path.ts"
+import { type WebhookRequest, type WebhookResponse, webhookBodyAttachment } from "../lib/core/webhook-request.ts"
 import type { Informer } from "../lib/kube/informer.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { scriptFilename } from "../lib/script/pipeline-check.ts"
@@ -281,6 +282,8 @@ export class RunReconciler {
     if (contentType === "yaml") {
       return end("error", `pipeline "${pipelineName}" is YAML; this version of runnel does not run YAML pipelines yet`)
     }
+    const webhook = webhookOf(run, store)
+    if (typeof webhook === "string") return end("error", webhook)
     const driverName = plan.spec.driver || this.#options.defaultDriver
     let driver: Awaited<ReturnType<DriverPool["get"]>>
     try {
@@ -318,6 +321,16 @@ export class RunReconciler {
     const journal = mode === "resume" ? journalFromStore(store, name) : undefined
     if (mode === "resume") for (const record of store.tasks(name)) tasks.set(record.path, statusTask(record))
     const observer = taskListObserver(tasks, () => writer.update({ tasks: [...tasks.values()] }))
+    // An earlier attempt answered already: the resumed script's http.respond() is not sent again.
+    let responded = run.status?.webhookResponse !== undefined
+    const respond = (response: WebhookResponse) => {
+      if (responded) return
+      responded = true
+      log("run.webhook-responded", { run: name, status: response.status })
+      writer.urgent({ webhookResponse: response }).catch((error: unknown) => {
+        log("run.webhook-response-failed", { run: name, error: errorMessage(error) })
+      })
+    }
     const result = await runScript(
       {
         runId: name,
@@ -327,6 +340,7 @@ export class RunReconciler {
         source: plan.spec.content,
         triggeredBy: triggerOf(run),
         args: run.spec.trigger?.args ?? [],
+        ...(webhook === undefined ? {} : { webhook }),
         ...(journal === undefined ? {} : { journal }),
       },
       {
@@ -336,6 +350,7 @@ export class RunReconciler {
         secrets: this.#options.secrets.forRun({ pipelineUid: pipeline.metadata?.uid ?? "", runId: name }),
         observer,
         limits: this.#options.limits,
+        respond,
       },
       signal,
     )
@@ -471,6 +486,31 @@ function closeLeftoverTasks(store: LogStore, runId: string, status: FinalRunStat
     store.saveTask(closed)
     return closed
   })
+}
+
+/**
+ * The request of a Run a webhook started (`spec.trigger.webhook`), for the
+ * script's `http.request()`; undefined for other runs. A body too large for
+ * the Run is read from the log store, where the API server put it before it
+ * created the Run; a string says why it cannot be had.
+ */
+function webhookOf(run: RunObject, store: LogStore): WebhookRequest | string | undefined {
+  const trigger = run.spec.trigger
+  if (trigger?.type !== "webhook" || trigger.webhook === undefined) return undefined
+  const { provider, eventType, method, url, headers, query, body, bodyStored } = trigger.webhook
+  const text = bodyStored === true ? store.attachment(run.metadata?.name ?? "", webhookBodyAttachment) : body
+  if (text === undefined && bodyStored === true) {
+    return "the webhook that started this run had a body too large for the Run, kept in runnel's log store (spec.trigger.webhook.bodyStored), and the store does not have it: it was reset or is another installation's; send the webhook again"
+  }
+  return {
+    provider: provider ?? "generic",
+    eventType: eventType ?? "",
+    method: method ?? "POST",
+    url: url ?? "",
+    headers: headers ?? {},
+    query: query ?? {},
+    body: text ?? "",
+  }
 }
 
 function triggerOf(run: RunObject): TriggerType {

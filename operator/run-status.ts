@@ -27,6 +27,8 @@ export class RunStatusWriter {
   #timer: NodeJS.Timeout | undefined
   #chain: Promise<unknown> = Promise.resolve()
   #closed = false
+  /** Fields written by urgent(), repeated in the final write. */
+  #urgent: RunStatusFields = {}
 
   constructor(options: { run: string; write: StatusWrite; throttleMs: number; log: Log }) {
     this.#run = options.run
@@ -51,12 +53,26 @@ export class RunStatusWriter {
     return this.#flush()
   }
 
-  /** The last write: pending updates plus `fields`, retried until it lands or the Run is gone. */
+  /**
+   * Writes `fields` at once, beside the ordered writes instead of behind
+   * them, retried like the final write: for a field someone is waiting on
+   * (`webhookResponse`: the API server holds the webhook's caller until it
+   * appears). Only for fields no other write sets, since it may land before
+   * or after a write already on its way. The final write carries them again,
+   * so they are in the status when the run ends even if this write failed
+   * or is still retrying.
+   */
+  urgent(fields: RunStatusFields): Promise<boolean> {
+    this.#urgent = { ...this.#urgent, ...fields }
+    return this.#retried(fields)
+  }
+
+  /** The last write: pending updates, urgent fields and `fields`, retried until it lands or the Run is gone. */
   async final(fields: RunStatusFields): Promise<boolean> {
     this.#closed = true
     clearTimeout(this.#timer)
     this.#timer = undefined
-    const status = { ...this.#pending, ...fields }
+    const status = { ...this.#pending, ...this.#urgent, ...fields }
     this.#pending = undefined
     const written = this.#chain.then(() => this.#retried(status))
     this.#chain = written

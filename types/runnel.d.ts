@@ -118,7 +118,11 @@ interface WebhookRequest {
   readonly method: string
   /** Path with query string: `/api/webhooks/<pipeline_id>?ref=main`. */
   readonly url: string
-  /** Request headers. */
+  /**
+   * Request headers, names in lower case; a header sent more than once has its
+   * values joined with `, `. Lookups ignore case: `headers["X-GitHub-Event"]`
+   * and `headers["x-github-event"]` both work (`Object.keys` gives lower case).
+   */
   readonly headers: Readonly<Record<string, string>>
   /** The raw request body. Parse it yourself: `JSON.parse(request.body)`. */
   readonly body: string
@@ -128,11 +132,18 @@ interface WebhookRequest {
 
 /** The answer given to `http.respond()`. */
 interface WebhookResponse {
-  /** HTTP status code. Default 200. */
+  /** HTTP status code, a whole number from 100 to 599. Default 200. */
   status?: number
-  /** Response body. */
-  body?: string
-  /** Response headers. */
+  /**
+   * Response body, at most 512 KiB once encoded as UTF-8. Default empty. An
+   * object or array is sent as JSON, with `content-type: application/json`
+   * unless `headers` names a content type.
+   */
+  body?: string | object
+  /**
+   * Response headers: valid HTTP header names, string values without line
+   * breaks; each name at most once, whatever its case.
+   */
   headers?: Record<string, string>
 }
 
@@ -207,20 +218,61 @@ declare const assert: {
 declare const pipelineContext: PipelineContext
 
 /**
- * The webhook that triggered the run, and the answer to it. Webhook triggers
- * arrive in a later milestone; until then `request()` returns undefined and
- * `respond()` does nothing.
+ * The webhook that triggered the run, and the answer to it. A run started by
+ * `POST /api/webhooks/<pipeline_id>` (any method) has `pipelineContext.triggeredBy`
+ * `"webhook"`; the caller waits for `http.respond()` up to the server's
+ * `--webhook-timeout` (5s by default), else gets 202 with `{ run_id }`.
  */
 declare const http: {
-  /** The incoming webhook request, or undefined when the run was not triggered by a webhook. */
+  /**
+   * The incoming webhook request, or undefined when the run was not triggered
+   * by a webhook (check `pipelineContext.triggeredBy`). The same frozen object
+   * on every call.
+   */
   request(): WebhookRequest | undefined
   /**
-   * Answers the webhook caller (status defaults to 200). Returns at once and does
-   * not wait for the caller. Only the first call counts; later calls do nothing,
-   * and so does any call when the run was not triggered by a webhook.
+   * Answers the webhook's caller. Returns at once: the pipeline goes on while
+   * the answer is sent, and the run's own result does not change it.
+   *
+   * Returns true when this call's response is the one sent. Only the first
+   * valid call counts: later calls do nothing and return false. In a run not
+   * triggered by a webhook every call does nothing and returns false (nothing
+   * is checked), so one script serves both kinds of run.
+   *
+   * Secret values in the body and header values are replaced by `***REDACTED***`.
+   *
+   * @throws TypeError or RangeError, saying what to fix, when `status`,
+   * `headers` or `body` is not valid (see WebhookResponse); nothing is sent
+   * then, and a later valid call still answers.
+   *
+   * @example
+   * const event = http.request()?.headers["x-github-event"]
+   * http.respond({ status: 202, body: { accepted: event } })
    */
-  respond(response: WebhookResponse): void
+  respond(response?: WebhookResponse): boolean
 }
+
+/**
+ * Whether the webhook that started the run matches a CEL expression
+ * (docs/expressions.md), such as
+ * `eventType == "push" && payload.ref == "refs/heads/main"`. The variables:
+ * `provider`, `eventType`, `method`, `body` (strings); `headers` (names in lower
+ * case) and `query` (maps of string to string); `payload` (the body as JSON,
+ * `null` when it is not JSON).
+ *
+ * True when the run was not triggered by a webhook: a run started by hand does
+ * everything. An expression that does not compile, or whose evaluation fails
+ * (`payload.missing` when the key is absent; test with `has(payload.key)`), is
+ * false, and a line on stderr of `pipeline/console` says why and at which
+ * line:column. An expression that does not compile is reported in other runs
+ * too, where the result stays true.
+ *
+ * @throws TypeError when `expression` is not a string.
+ *
+ * @example
+ * if (!webhookTrigger('eventType == "push" && payload.ref == "refs/heads/main"')) return
+ */
+declare function webhookTrigger(expression: string): boolean
 
 /**
  * The script's console. Output goes to the task `pipeline/console`, streamed

@@ -15,7 +15,7 @@ export type EventRoutesDeps = NewRunDeps & {
   /** `secrets` gates a run's global secrets. */
   features: readonly Feature[]
   resources: Pick<Resources, "getRun">
-  logs: Pick<LogStore, "readChunks">
+  logs: Pick<LogStore, "readChunks" | "attach">
   log: Log
   /** How often a follower looks for new output while the run is quiet. */
   pollMs?: number
@@ -64,12 +64,11 @@ export function eventRoutes(deps: EventRoutesDeps): Router {
     if (given !== undefined && given !== "cli") {
       throw badRequest(`"trigger_type" ${JSON.stringify(given)} cannot be given; the only one a client names is "cli"`)
     }
-    const run = await createRun(
-      deps,
-      ctx.params.name ?? "",
-      { type: given ?? (args.length > 0 ? "args" : "manual"), args: args as string[] },
-      globalSecretsOf(body.global_secrets, deps.features),
-    )
+    const run = await createRun(deps, ctx.params.name ?? "", {
+      type: given ?? (args.length > 0 ? "args" : "manual"),
+      args: args as string[],
+      globalSecrets: globalSecretsOf(body.global_secrets, deps.features),
+    })
     const id = run.metadata?.name ?? ""
     // The run's id before any event: a client that detaches can still name the run.
     ctx.set("Location", `/api/runs/${id}`)

@@ -1,11 +1,12 @@
 import Router from "@koa/router"
 import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import type { LogStore } from "../../lib/logs/log-store.ts"
 import { pipelineScope, type SecretStore } from "../../lib/secrets/secret-store.ts"
 import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import type { OwnWrites } from "../kubernetes-audit.ts"
-import { createRun } from "../new-run.ts"
+import { admitRun, createRun, refuseIfPaused } from "../new-run.ts"
 import { type PipelineWrite, pipelineFields, pipelineWrite } from "../pipeline-body.ts"
 import type { ResourceIndex } from "../resource-index.ts"
 import {
@@ -17,6 +18,8 @@ import {
   runnelApiVersion,
 } from "../resources.ts"
 import { pageOf, paginate, pipelineView, updatedAtAnnotation } from "../views.ts"
+import { simulatedWebhook } from "../webhooks/simulated.ts"
+import { webhookRun } from "../webhooks/webhook-run.ts"
 
 export type PipelineRoutesDeps = {
   resources: Pick<
@@ -34,6 +37,8 @@ export type PipelineRoutesDeps = {
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Where pipeline secrets go: written here, never read back through the API. */
   secrets: Pick<SecretStore, "set" | "deleteScope">
+  /** Where webhook bodies too large for a Run wait for it. */
+  logs: Pick<LogStore, "attach">
   /** The driver of a pipeline stored without one. */
   defaultDriver: string
   /** The drivers a pipeline may name. */
@@ -55,6 +60,7 @@ export function pipelineRoutes({
   resources,
   index,
   secrets,
+  logs,
   defaultDriver,
   allowedDrivers,
   features,
@@ -90,6 +96,7 @@ export function pipelineRoutes({
   }
 
   const rules = { defaultDriver, allowedDrivers, features }
+  const newRunDeps = { resources, index, secrets, logs, maxQueueSize }
   /** The parts of a write kept outside the Pipeline: its webhook Secret and its secrets. */
   const storeWriteOnly = async (pipeline: PipelineResource, write: PipelineWrite, previous?: PipelineSpec) => {
     if (write.webhookSecret !== undefined && write.webhookSecret !== "") {
@@ -251,6 +258,14 @@ export function pipelineRoutes({
       throw badRequest('"args" must be an array of strings, for example ["--fast", "main"]')
     }
     if (mode === "webhook") {
+      if (!features.includes("webhooks")) {
+        throw new RunnelError(
+          403,
+          "feature_disabled",
+          'the "webhooks" feature is not enabled on this server; start it with --allowed-features naming webhooks',
+        )
+      }
+      const request = simulatedWebhook(body.webhook)
       const pipeline = await found(ctx.params.id ?? "")
       const name = pipeline.metadata?.name ?? ""
       if (pipeline.spec.webhookSecretRef === undefined) {
@@ -260,13 +275,18 @@ export function pipelineRoutes({
           `pipeline "${name}" has no webhook_secret; a webhook-mode trigger needs one`,
         )
       }
-      throw new RunnelError(
-        501,
-        "not_implemented",
-        "webhook-mode triggers arrive with runnel's webhooks; use mode manual or args",
+      refuseIfPaused(pipeline)
+      const run = await admitRun(
+        newRunDeps,
+        pipeline,
+        webhookRun({ ...request, url: `/api/webhooks/${name}` }, anonymousActor),
       )
+      ctx.status = 202
+      ctx.body = { run_id: run.metadata?.name }
+      return
     }
-    const run = await createRun({ resources, index, secrets, maxQueueSize }, ctx.params.id ?? "", { type: mode, args })
+    if (body.webhook !== undefined) throw badRequest('"webhook" is given only with mode "webhook"')
+    const run = await createRun(newRunDeps, ctx.params.id ?? "", { type: mode, args })
     ctx.status = 202
     ctx.body = { run_id: run.metadata?.name }
   })

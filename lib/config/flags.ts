@@ -1,4 +1,5 @@
-import { badRequest } from "../core/errors.ts"
+import { parseDuration } from "../core/duration.ts"
+import { badRequest, errorMessage } from "../core/errors.ts"
 
 /**
  * One table of flags: the CLI builds its options and --help from it, and
@@ -66,6 +67,15 @@ export function parseKeyValues(pairs: readonly string[], flag: string): Record<s
     result[key] = pair.slice(at + 1)
   }
   return result
+}
+
+/** A Go-style duration flag (`5s`, `1m30s`) in milliseconds; a bad one is a 400 naming the flag. */
+export function parseDurationFlag(text: string | undefined, flag: string): number {
+  try {
+    return parseDuration(String(text))
+  } catch (error) {
+    throw badRequest(`--${flag}: ${errorMessage(error)}`)
+  }
 }
 
 export function parsePositiveInt(text: string | undefined, flag: string): number {

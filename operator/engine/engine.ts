@@ -1,6 +1,7 @@
 import { errorMessage, SystemError } from "../../lib/core/errors.ts"
 import type { RunResult } from "../../lib/core/run.ts"
 import { type FinalRunStatus, runExitCode } from "../../lib/core/status.ts"
+import type { WebhookRequest, WebhookResponse } from "../../lib/core/webhook-request.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { Redactor } from "../../lib/logs/redactor.ts"
 import { compileScript } from "../../lib/script/compile.ts"
@@ -10,6 +11,7 @@ import { RunContext, type TaskResult } from "./run-context.ts"
 import type { RunObserver } from "./run-observer.ts"
 import { runInSandbox, type SandboxLimits, ScriptFailure } from "./sandbox/sandbox.ts"
 import { parseTaskRequest } from "./task-request.ts"
+import { webhookTrigger } from "./webhook-trigger.ts"
 
 export type TriggerType = "manual" | "webhook" | "schedule"
 
@@ -23,6 +25,12 @@ export type ScriptRun = {
   readonly source: string
   readonly triggeredBy: TriggerType
   readonly args: readonly string[]
+  /**
+   * The request that started the run, when a webhook did: the script's
+   * `http.request()`, and what `webhookTrigger()` evaluates. Header names may
+   * come in any case; the script sees them in lower case.
+   */
+  readonly webhook?: WebhookRequest
   /** Finished tasks of an earlier attempt, when the run is resumed (journalFromStore). */
   readonly journal?: ReadonlyMap<string, TaskResult>
 }
@@ -34,6 +42,14 @@ export type EngineDeps = {
   readonly secrets: SecretResolver
   readonly observer: RunObserver
   readonly limits: SandboxLimits
+  /**
+   * Takes the script's answer to its webhook: called at most once per run, on
+   * the script's first valid `http.respond()`, only when `webhook` is given.
+   * It must return at once (the script goes on meanwhile) and not throw;
+   * whatever it starts must land before the run's final status does. Secret
+   * values in the body and header values are redacted.
+   */
+  readonly respond?: (response: WebhookResponse) => void
 }
 
 /** Why a run was stopped from outside; distinct from a SystemError, which ends a run as `error`. */
@@ -74,6 +90,7 @@ export async function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortS
     })
     context = runContext
     const script = await compileScript(run.source, run.filename)
+    const webhook = run.webhook === undefined ? undefined : lowerCaseHeaders(run.webhook)
     const pipelineContext = {
       runID: run.runId,
       pipelineID: run.pipelineId,
@@ -82,12 +99,26 @@ export async function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortS
       triggeredBy: run.triggeredBy,
       args: run.args,
     }
+    let responded = false
     const host = {
       runTask: (taskJson: string) => runContext.runTask(parseTaskRequest(JSON.parse(taskJson))),
       console: runContext.console.bind(runContext),
-      respond: () => {},
+      respond: (responseJson: string) => {
+        if (webhook === undefined || responded) return false
+        responded = true
+        const response = JSON.parse(responseJson) as WebhookResponse
+        deps.respond?.({
+          status: response.status,
+          headers: Object.fromEntries(
+            Object.entries(response.headers).map(([name, value]) => [name, redactor.redact(value)]),
+          ),
+          body: redactor.redact(response.body),
+        })
+        return true
+      },
+      webhookTrigger: webhookTrigger(webhook, (line) => runContext.console("stderr", `${line}\n`)),
     }
-    await runInSandbox(script, { pipelineContext, request: undefined }, host, deps.limits, controller.signal)
+    await runInSandbox(script, { pipelineContext, request: webhook }, host, deps.limits, controller.signal)
     outcome = { status: "fulfilled", value: undefined }
   } catch (reason) {
     outcome = { status: "rejected", reason }
@@ -128,4 +159,15 @@ function settle(
   if (reason instanceof ScriptFailure) return { status: "failure", message: reason.message }
   if (reason instanceof SystemError) return { status: "error", message: reason.message }
   return { status: "error", message: `runnel failed to run the pipeline: ${errorMessage(reason)}` }
+}
+
+/** The request with header names in lower case; two spellings of one name are joined as a repeated header is. */
+function lowerCaseHeaders(request: WebhookRequest): WebhookRequest {
+  const headers = new Map<string, string>()
+  for (const [name, value] of Object.entries(request.headers)) {
+    const key = name.toLowerCase()
+    const earlier = headers.get(key)
+    headers.set(key, earlier === undefined ? value : `${earlier}, ${value}`)
+  }
+  return { ...request, headers: Object.fromEntries(headers) }
 }

@@ -5,9 +5,9 @@
 ;((global) => {
   const host = global.__runnelHost
   delete global.__runnelHost
-  const { runTask, log, respond } = host
+  const { runTask, log, respond, webhookTrigger: evaluateTrigger } = host
   const pipelineContext = deepFreeze(JSON.parse(host.context))
-  const request = host.request === undefined ? undefined : deepFreeze(JSON.parse(host.request))
+  const request = host.request === undefined ? undefined : webhookRequest(JSON.parse(host.request))
 
   function deepFreeze(value) {
     if (value !== null && typeof value === "object") {
@@ -15,6 +15,20 @@
       Object.freeze(value)
     }
     return value
+  }
+
+  // HTTP header names are case-insensitive: the host gives them in lower case,
+  // and any spelling finds them (headers["X-GitHub-Event"]). The target is
+  // frozen; the proxy only reads, so the object invariants hold.
+  function webhookRequest(raw) {
+    const headers = deepFreeze(raw.headers)
+    const named = (key) => (typeof key === "string" && !Object.hasOwn(headers, key) ? key.toLowerCase() : key)
+    const caseless = new Proxy(headers, {
+      get: (target, key, receiver) =>
+        Reflect.get(target, Object.hasOwn(target, named(key)) ? named(key) : key, receiver),
+      has: (target, key) => Reflect.has(target, named(key)) || Reflect.has(target, key),
+    })
+    return Object.freeze({ ...deepFreeze(raw), headers: caseless })
   }
 
   // Errors from the host carry the host's stack; give them the caller's line instead.
@@ -118,15 +132,99 @@
     },
   })
 
+  // The API server sends the response from the Run's status, which Kubernetes
+  // keeps in an object of at most 1.5 MiB: the body gets a third of that.
+  const maxResponseBodyBytes = 512 * 1024
+  const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+
+  function utf8Bytes(text) {
+    let bytes = 0
+    for (let at = 0; at < text.length; at++) {
+      const code = text.charCodeAt(at)
+      if (code < 0x80) bytes += 1
+      else if (code < 0x800) bytes += 2
+      else if (code >= 0xd800 && code <= 0xdbff && at + 1 < text.length) {
+        bytes += 4
+        at++
+      } else bytes += 3
+    }
+    return bytes
+  }
+
+  // Checks and normalises the argument of http.respond() where the script can
+  // catch the error, with the script's line in its stack.
+  function webhookResponse(response) {
+    const where = "http.respond"
+    if (response === undefined) response = {}
+    if (response === null || typeof response !== "object" || Array.isArray(response)) {
+      throw new TypeError(`${where}: expected an object such as { status: 200, body: "ok" }, got ${show(response)}`)
+    }
+    const { status = 200, body, headers = {} } = response
+    if (!Number.isInteger(status) || status < 100 || status > 599) {
+      throw new RangeError(`${where}: status must be a whole number from 100 to 599, got ${show(status)}`)
+    }
+    if (headers === null || typeof headers !== "object" || Array.isArray(headers)) {
+      throw new TypeError(`${where}: headers must be an object of header names to string values, got ${show(headers)}`)
+    }
+    const sent = {}
+    const seen = new Set()
+    for (const [name, value] of Object.entries(headers)) {
+      if (!headerName.test(name)) {
+        throw new TypeError(
+          `${where}: ${JSON.stringify(name)} is not a valid header name; use letters, digits and "-", such as "content-type"`,
+        )
+      }
+      if (seen.has(name.toLowerCase()))
+        throw new TypeError(`${where}: header "${name}" is given twice (names ignore case)`)
+      seen.add(name.toLowerCase())
+      if (typeof value !== "string") {
+        throw new TypeError(`${where}: header "${name}" must be a string, got ${show(value)}; convert it with String()`)
+      }
+      if (/[\r\n\0]/.test(value))
+        throw new TypeError(`${where}: header "${name}" contains a line break or NUL, which HTTP does not allow`)
+      sent[name] = value
+    }
+    let text
+    if (body === undefined) text = ""
+    else if (typeof body === "string") text = body
+    else if (body !== null && typeof body === "object") {
+      try {
+        text = JSON.stringify(body)
+      } catch (error) {
+        throw new TypeError(`${where}: the body could not be encoded as JSON: ${error?.message ?? String(error)}`)
+      }
+      if (!seen.has("content-type")) sent["content-type"] = "application/json"
+    } else {
+      throw new TypeError(`${where}: body must be a string, or an object or array to send as JSON, got ${show(body)}`)
+    }
+    if (text.length > maxResponseBodyBytes / 3 && utf8Bytes(text) > maxResponseBodyBytes) {
+      throw new RangeError(
+        `${where}: the body is ${utf8Bytes(text)} bytes; the limit is ${maxResponseBodyBytes} (512 KiB)`,
+      )
+    }
+    return { status, headers: sent, body: text }
+  }
+
   let responded = false
   const http = Object.freeze({
     request: () => request,
+    // Outside webhook runs it does nothing, so one script serves both kinds of run.
     respond(response) {
-      if (request === undefined || responded) return
+      if (request === undefined || responded) return false
+      const checked = webhookResponse(response)
       responded = true
-      respond.applyIgnored(undefined, [JSON.stringify(response ?? {})])
+      return respond.applySync(undefined, [JSON.stringify(checked)])
     },
   })
+
+  function webhookTrigger(expression) {
+    if (typeof expression !== "string") {
+      throw new TypeError(
+        `webhookTrigger: the expression must be a string such as 'eventType == "push"', got ${show(expression)}`,
+      )
+    }
+    return evaluateTrigger.applySync(undefined, [expression])
+  }
 
   function require(name) {
     throw new Error(
@@ -141,6 +239,7 @@
     console: { value: console },
     assert: { value: assert },
     http: { value: http },
+    webhookTrigger: { value: webhookTrigger },
     pipelineContext: { value: pipelineContext },
     require: { value: require },
     module: { value: module },

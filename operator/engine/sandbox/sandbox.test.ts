@@ -11,7 +11,8 @@ async function run(source: string, options: { timeoutMs?: number; memoryMb?: num
   const host: ScriptHost = {
     runTask: async (json) => ({ code: 0, stdout: `ran ${JSON.parse(json).name}`, stderr: "" }),
     console: (stream, text) => printed.push(`${stream}: ${text}`),
-    respond: () => {},
+    respond: () => true,
+    webhookTrigger: () => true,
   }
   const script = await compileScript(source, "pipeline.ts")
   const settled = await runInSandbox(

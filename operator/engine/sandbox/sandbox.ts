@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs"
 import ivm from "isolated-vm"
 import { errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import type { OutputStream } from "../../../lib/core/run.ts"
+import type { WebhookRequest } from "../../../lib/core/webhook-request.ts"
 import { type CompiledScript, originalPosition } from "../../../lib/script/compile.ts"
 
 const prelude = readFileSync(new URL("./prelude.js", import.meta.url), "utf8")
@@ -16,7 +17,8 @@ export type SandboxLimits = {
 /** What the script sees as `pipelineContext` and `http.request()`. */
 export type ScriptGlobals = {
   readonly pipelineContext: Readonly<Record<string, unknown>>
-  readonly request: unknown
+  /** Undefined when the run was not started by a webhook. */
+  readonly request: WebhookRequest | undefined
 }
 
 /**
@@ -27,7 +29,15 @@ export interface ScriptHost {
   /** Resolves with the task result; rejections reach the script as errors it can catch. */
   runTask(taskJson: string): Promise<unknown>
   console(stream: OutputStream, text: string): void
-  respond(responseJson: string): void
+  /**
+   * The script's first valid `http.respond()` in a webhook run, checked and
+   * normalised by the prelude (a WebhookResponse as JSON). Called
+   * synchronously and must not block or throw: true when the response was
+   * taken, false when one was taken already.
+   */
+  respond(responseJson: string): boolean
+  /** `webhookTrigger(expression)`: synchronous, never throws; an invalid expression is false and reported by the host. */
+  webhookTrigger(expression: string): boolean
 }
 
 /** The pipeline's own code threw or rejected: the run is a `failure`, not an `error`. */
@@ -119,6 +129,7 @@ function hostObject(globals: ScriptGlobals, host: ScriptHost) {
     }),
     log: new ivm.Reference((stream: OutputStream, text: string) => host.console(stream, text)),
     respond: new ivm.Reference((responseJson: string) => host.respond(responseJson)),
+    webhookTrigger: new ivm.Reference((expression: string) => host.webhookTrigger(expression)),
   }
 }
 

@@ -1,0 +1,106 @@
+import Router from "@koa/router"
+import type { Context } from "koa"
+import type { Feature } from "../../lib/config/features.ts"
+import { notFound, RunnelError } from "../../lib/core/errors.ts"
+import { rawBody } from "../body.ts"
+import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
+import { findPipeline, type Resources, type RunResource } from "../resources.ts"
+import { detectProvider, verifyWebhook } from "../webhooks/providers.ts"
+import { webhookRun } from "../webhooks/webhook-run.ts"
+
+export type WebhookRoutesDeps = NewRunDeps & {
+  resources: Pick<Resources, "webhookSecret">
+  features: readonly Feature[]
+  /** Larger bodies answer 413. */
+  maxBodyBytes: number
+  /** How long a request waits for the pipeline's `http.respond()` before it gets 202. */
+  webhookTimeoutMs: number
+  /** Slack and Stripe timestamps further than this from now are refused as replays. */
+  webhookMaxAgeMs: number
+}
+
+const finalStatuses: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
+/** Response headers the server sets itself; a pipeline's own would contradict the body it sends. */
+const serverHeaders = new Set(["content-length", "transfer-encoding", "connection", "keep-alive"])
+
+/**
+ * Incoming webhooks (interface.md, Webhook trigger): any method, the raw body
+ * kept byte for byte, the provider detected and its signature verified, and a
+ * Run created before anything is answered. The answer is the pipeline's own
+ * `http.respond()` as soon as the Run carries it, else 202 `{run_id}` when
+ * the run ends without one or --webhook-timeout passes.
+ */
+export function webhookRoutes(deps: WebhookRoutesDeps): Router {
+  const router = new Router()
+
+  router.all("/api/webhooks/:pipeline_id", async (ctx) => {
+    if (!deps.features.includes("webhooks")) {
+      throw new RunnelError(
+        403,
+        "feature_disabled",
+        'the "webhooks" feature is not enabled on this server; start it with --allowed-features naming webhooks',
+      )
+    }
+    const body = await rawBody(ctx.req, ctx.get("Content-Length"), deps.maxBodyBytes)
+    const key = ctx.params.pipeline_id ?? ""
+    const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
+    if (pipeline === undefined) throw notFound("pipeline", key)
+    refuseIfPaused(pipeline)
+    const request = { method: ctx.method, headers: ctx.req.headers, rawBody: body, query: ctx.query, url: ctx.url }
+    const { provider } = detectProvider(request)
+    const secret = await deps.resources.webhookSecret(pipeline)
+    const verdict = verifyWebhook(request, provider, secret, { now: new Date(), maxAgeMs: deps.webhookMaxAgeMs })
+    if (!verdict.ok) throw new RunnelError(401, "unauthorized", verdict.message)
+    const run = await admitRun(deps, pipeline, webhookRun(request, provider))
+    await answer(ctx, run, deps)
+  })
+
+  return router
+}
+
+/** The pipeline's response when it gives one in time, else 202 with the run's id. */
+async function answer(ctx: Context, run: RunResource, deps: WebhookRoutesDeps): Promise<void> {
+  const id = run.metadata?.name ?? ""
+  const response = await responseOf(id, deps)
+  if (response === undefined) {
+    ctx.status = 202
+    ctx.body = { run_id: id }
+    return
+  }
+  ctx.status = response.status
+  for (const [name, value] of Object.entries(response.headers ?? {})) {
+    if (!serverHeaders.has(name.toLowerCase())) ctx.set(name, value)
+  }
+  ctx.set("X-Runnel-Run-Id", id)
+  ctx.body = response.body ?? ""
+}
+
+type WebhookResponse = NonNullable<NonNullable<RunResource["status"]>["webhookResponse"]>
+
+/**
+ * Waits on the watched index for the Run's `status.webhookResponse`: resolves
+ * with it, or with undefined once the run is final (or gone) without one, or
+ * the timeout passes, or the client leaves.
+ */
+function responseOf(id: string, deps: WebhookRoutesDeps): Promise<WebhookResponse | undefined> {
+  return new Promise((resolve) => {
+    let settled = false
+    const settle = (response: WebhookResponse | undefined) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      unsubscribe()
+      resolve(response)
+    }
+    const look = (run: RunResource | undefined) => {
+      const response = run?.status?.webhookResponse
+      if (response !== undefined) settle(response)
+      else if (run === undefined || finalStatuses.has(run.status?.phase ?? "queued")) settle(undefined)
+    }
+    const timer = setTimeout(() => settle(undefined), deps.webhookTimeoutMs)
+    const unsubscribe = deps.index.runs.onChange(id, look)
+    // The Run as this server created it is in the index; a response may already be there too.
+    const current = deps.index.runs.get(id)
+    if (current !== undefined) look(current)
+  })
+}
