@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from "node:timers/promises"
 import Router from "@koa/router"
 import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
@@ -8,6 +7,7 @@ import type { LogStore } from "../../lib/logs/log-store.ts"
 import { assertSecretEntry } from "../../lib/secrets/secret-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import { createRun, type NewRunDeps } from "../new-run.ts"
+import type { RunIndex } from "../resource-index.ts"
 import { isResourceName, type Resources, type RunResource } from "../resources.ts"
 import { openSse, type SseWriter } from "../sse.ts"
 
@@ -93,6 +93,21 @@ function globalSecretsOf(value: unknown, features: readonly Feature[]): Record<s
   return value as Record<string, string>
 }
 
+/** Resolves on the next change of Run `id` in the index, after `ms`, or when `signal` aborts, whichever is first. */
+function nextChange(runs: Pick<RunIndex, "onChange">, id: string, ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      unsubscribe()
+      signal.removeEventListener("abort", done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    const unsubscribe = runs.onChange(id, done)
+    signal.addEventListener("abort", done)
+  })
+}
+
 function lastEventId(header: string): number {
   if (header === "") return 0
   if (!/^\d{1,15}$/.test(header)) {
@@ -148,7 +163,8 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
     if (run === undefined) ended = "deleted"
     else if (finalStatuses.has(run.status?.phase ?? "queued")) ended = run
     else {
-      await sleep(wait, undefined, { signal: sse.signal }).catch(() => {})
+      // The Run's next change (its final phase, say) ends the wait at once; quiet output backs off.
+      await nextChange(deps.index.runs, runId, wait, sse.signal)
       wait = Math.min(wait * 2, Math.max(maxPollMs, pollMs))
     }
   }
