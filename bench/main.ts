@@ -15,11 +15,13 @@ import type { Driver } from "../operator/drivers/driver.ts"
 import { runScript } from "../operator/engine/engine.ts"
 import { runInSandbox } from "../operator/engine/sandbox/sandbox.ts"
 import { runApiBench } from "./api.ts"
+import { benchCel } from "./cel.ts"
 import { rawTask } from "./docker-floor.ts"
 import { median } from "./median.ts"
 import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
 import { runListBench } from "./run-list.ts"
+import { runWebhookBench } from "./webhooks.ts"
 
 const reps = Number(process.env.BENCH_REPS ?? 3)
 const time = async (work: () => Promise<unknown>) => {
@@ -172,6 +174,14 @@ try {
   await runOperatorBench(line)
   await runApiBench(line, reps)
   await runListBench(line)
+  await runWebhookBench(line)
+  line(
+    "cel rule",
+    `${((await benchCel()) / 1e6).toFixed(2)}M eval/s`,
+    "-",
+    "-",
+    "> 1M/s (3-clause RBAC rule, compiled once)",
+  )
 } finally {
   await store.close()
   await driver.close()
