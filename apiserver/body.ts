@@ -35,14 +35,19 @@ export async function rawBody(req: AsyncIterable<Buffer>, length: string, maxByt
       "too_large",
       `the request body is larger than ${maxBytes} bytes; the server's --max-body-mb sets the limit`,
     )
-  if (length !== "" && Number(length) > maxBytes) throw tooLarge()
+  // A body a little over the limit is read to its end and dropped before the 413, so the client
+  // gets the answer: closing a socket with unread bytes resets it, and the reset can destroy the
+  // answer before the client reads it. A much larger one is refused at once.
+  const drainLimit = maxBytes * 4
+  if (length !== "" && Number(length) > drainLimit) throw tooLarge()
   const chunks: Buffer[] = []
   let size = 0
   for await (const chunk of req) {
     size += chunk.length
-    if (size > maxBytes) throw tooLarge()
-    chunks.push(chunk)
+    if (size > drainLimit) throw tooLarge()
+    if (size <= maxBytes) chunks.push(chunk)
   }
+  if (size > maxBytes) throw tooLarge()
   return Buffer.concat(chunks)
 }
 

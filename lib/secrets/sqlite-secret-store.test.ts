@@ -135,7 +135,7 @@ for (const kind of ["file with a key file", "file with a passphrase", ":memory:"
       const store = await openStore()
       for (const scope of ["", "Global", "pipeline:", "pipeline:a b", "team:x"]) {
         await expect(store.get(scope, "A"), scope).rejects.toThrow(
-          expect.objectContaining({ status: 400, message: expect.stringContaining('use "global" or "pipeline:') }),
+          expect.objectContaining({ status: 400, message: expect.stringContaining('use "global", "pipeline:') }),
         )
       }
       expect(() => pipelineScope("")).toThrow(expect.objectContaining({ status: 400 }))
