@@ -181,6 +181,7 @@ export function startConfiguredOperator(
     namespace: settings.namespace,
     store,
     secrets: runSecrets(secretStore, settings.features.includes("secrets")),
+    webhooks: settings.features.includes("webhooks"),
     drivers: (name, config) => drivers.get(name).create(config),
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,

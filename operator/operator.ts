@@ -18,6 +18,8 @@ export type OperatorOptions = {
   readonly store: LogStore
   /** Each run's secrets: its pipeline's, its own global ones, the global ones. */
   readonly secrets: RunSecrets
+  /** The `webhooks` feature, on unless said otherwise: off, runs get no webhook data or response channel. */
+  readonly webhooks?: boolean
   /** Makes drivers by name; cli/ passes its registry. */
   readonly drivers: DriverSource
   /** `--driver`: for pipelines whose spec names none. */
@@ -60,6 +62,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     generations,
     store: options.store,
     secrets: options.secrets,
+    webhooks: options.webhooks ?? true,
     drivers,
     defaultDriver: options.defaultDriver,
     limits: options.limits,

@@ -39,6 +39,8 @@ export type RunReconcilerOptions = {
   readonly generations: PipelineGenerations
   readonly store: LogStore
   readonly secrets: RunSecrets
+  /** The `webhooks` feature: runs a webhook started see its request and may answer it. */
+  readonly webhooks: boolean
   readonly drivers: DriverPool
   /** The driver of a pipeline whose spec names none (`--driver`). */
   readonly defaultDriver: string
@@ -282,7 +284,8 @@ export class RunReconciler {
     if (contentType === "yaml") {
       return end("error", `pipeline "${pipelineName}" is YAML; this version of runnel does not run YAML pipelines yet`)
     }
-    const webhook = webhookOf(run, store)
+    // With the `webhooks` feature off, pipelines get no webhook data and no response channel.
+    const webhook = this.#options.webhooks ? webhookOf(run, store) : undefined
     if (typeof webhook === "string") return end("error", webhook)
     const driverName = plan.spec.driver || this.#options.defaultDriver
     let driver: Awaited<ReturnType<DriverPool["get"]>>
