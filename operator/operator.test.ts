@@ -199,6 +199,66 @@ describe("the pipeline reconciler", () => {
   })
 })
 
+describe("schedules of YAML pipelines", () => {
+  const job = (name: string, trigger: string) =>
+    `  - name: ${name}\n    ${trigger}\n    plan:\n      - task: t\n        config:\n          platform: linux\n          run: { path: "true" }\n`
+  const schedulesOf = async (pipeline: string) =>
+    (
+      (await objects.listNamespacedCustomObject({
+        ...pipelines,
+        plural: "schedules",
+        labelSelector: `runnel.dev/pipeline=${pipeline}`,
+      })) as {
+        items: { metadata: { name: string; ownerReferences?: { uid: string }[] }; spec: Record<string, unknown> }[]
+      }
+    ).items.sort((a, b) => a.metadata.name.localeCompare(b.metadata.name))
+
+  it("derives one Schedule per job with triggers.schedule, owned by the Pipeline, and keeps them in step", async () => {
+    await start()
+    const created = await createPipeline(
+      "timed",
+      `jobs:\n${job("nightly", 'triggers: { schedule: { cron: "0 3 * * *" } }')}${job("Poll_Often", "triggers: { schedule: { every: 90s } }")}${job("manual", "serial: false")}`,
+    )
+    const first = await eventually(
+      () => schedulesOf("timed"),
+      (list) => list.length === 2,
+      "two schedules",
+    )
+    expect(first.map((s) => [s.metadata.name, s.spec])).toEqual([
+      [
+        "timed-nightly",
+        { pipelineRef: { name: "timed" }, jobName: "nightly", type: "cron", expression: "0 3 * * *", enabled: true },
+      ],
+      [
+        expect.stringMatching(/^timed-poll-often-[0-9a-f]{8}$/),
+        { pipelineRef: { name: "timed" }, jobName: "Poll_Often", type: "interval", expression: "90s", enabled: true },
+      ],
+    ])
+    for (const schedule of first) expect(schedule.metadata.ownerReferences?.[0]?.uid).toBe(created.metadata?.uid)
+
+    // A person disables one; a new expression keeps that, and a job that loses its trigger loses its Schedule.
+    await objects.patchNamespacedCustomObject(
+      { ...pipelines, plural: "schedules", name: "timed-nightly", body: { spec: { enabled: false } } },
+      setHeaderOptions("Content-Type", PatchStrategy.MergePatch),
+    )
+    const current = await getPipeline("timed")
+    await objects.replaceNamespacedCustomObject({
+      ...pipelines,
+      name: "timed",
+      body: {
+        ...current,
+        spec: { content: `jobs:\n${job("nightly", 'triggers: { schedule: { cron: "30 4 * * *" } }')}` },
+      },
+    })
+    const second = await eventually(
+      () => schedulesOf("timed"),
+      (list) => list.length === 1 && list[0]?.spec.expression === "30 4 * * *",
+      "the schedules follow the new content",
+    )
+    expect(second[0]?.spec).toMatchObject({ jobName: "nightly", type: "cron", enabled: false })
+  })
+})
+
 describe("the run reconciler", () => {
   it("runs a Run to success, mirrors its tasks into the status and owns it by its pipeline", async () => {
     await start()

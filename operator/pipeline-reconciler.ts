@@ -3,7 +3,8 @@ import type { Log } from "../lib/core/log.ts"
 import type { Informer } from "../lib/kube/informer.ts"
 import { checkPipelineContent } from "./pipeline-check.ts"
 import type { ResourceClient } from "./resource-client.ts"
-import { kubeTime, type PipelineObject, type PipelineSpec, withCondition } from "./resources.ts"
+import { contentTypeOf, kubeTime, type PipelineObject, type PipelineSpec, withCondition } from "./resources.ts"
+import { declaredSchedules, syncSchedules } from "./schedules.ts"
 
 /** How many past generations of each pipeline are kept in memory for queued Runs that name them. */
 const keptGenerations = 8
@@ -44,8 +45,9 @@ export class PipelineGenerations {
 
 /**
  * Keeps each Pipeline's `Ready` condition and `observedGeneration` true to
- * its current spec: the content compiles and exports a pipeline (True), or
- * the compiler's message with its line (False, reason InvalidContent).
+ * its current spec: the content compiles and exports a pipeline, or the YAML
+ * validates (True), or the compiler's or validator's message with its line
+ * (False, reason InvalidContent); and its Schedules those its YAML declares.
  * Level-triggered: a Pipeline whose status already describes its generation
  * is left alone, so replays of the same events write nothing.
  */
@@ -106,6 +108,8 @@ export class PipelineReconciler {
     const check = await checkPipelineContent(name, pipeline.spec)
     // A newer generation arrived while compiling: its own event is pending and will be checked instead.
     if ((this.#informer?.get(name)?.metadata?.generation ?? generation) !== generation) return
+    // Before the status: a failure here leaves the generation unobserved, so it is tried again.
+    await syncSchedules(this.#client, pipeline, declaredSchedules(pipeline, contentTypeOf(pipeline.spec)))
     const conditions = withCondition(pipeline.status?.conditions, {
       type: "Ready",
       ...check,

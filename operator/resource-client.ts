@@ -6,12 +6,12 @@ import {
   PatchStrategy,
   setHeaderOptions,
 } from "@kubernetes/client-node"
-import type { PipelineObject, RunObject, RunStatusFields } from "./resources.ts"
-import { runnelGroup, runnelVersion } from "./resources.ts"
+import type { PipelineObject, RunObject, RunStatusFields, ScheduleObject } from "./resources.ts"
+import { pipelineLabel, runnelGroup, runnelVersion } from "./resources.ts"
 
 const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch)
 
-type Plural = "pipelines" | "runs"
+type Plural = "pipelines" | "runs" | "schedules"
 
 /**
  * The calls the operator makes, in one namespace, through
@@ -58,6 +58,29 @@ export class ResourceClient {
     return ifGone(
       this.#objects.patchNamespacedCustomObject({ ...this.#where("runs"), name, body: { metadata } }, merge),
     )
+  }
+
+  /** The Schedules derived from one Pipeline (label `runnel.dev/pipeline`). */
+  async listSchedules(pipeline: string): Promise<ScheduleObject[]> {
+    const list = (await this.#objects.listNamespacedCustomObject({
+      ...this.#where("schedules"),
+      labelSelector: `${pipelineLabel}=${pipeline}`,
+    })) as KubernetesListObject<ScheduleObject>
+    return list.items
+  }
+
+  createSchedule(schedule: ScheduleObject): Promise<ScheduleObject> {
+    return this.#objects.createNamespacedCustomObject({ ...this.#where("schedules"), body: schedule })
+  }
+
+  patchScheduleSpec(name: string, spec: Partial<ScheduleObject["spec"]>): Promise<ScheduleObject | undefined> {
+    return ifGone(
+      this.#objects.patchNamespacedCustomObject({ ...this.#where("schedules"), name, body: { spec } }, merge),
+    )
+  }
+
+  async deleteSchedule(name: string): Promise<void> {
+    await ifGone(this.#objects.deleteNamespacedCustomObject({ ...this.#where("schedules"), name }))
   }
 
   #where(plural: Plural) {

@@ -25,6 +25,19 @@ export type PipelineSpec = {
   paused?: boolean
 }
 
+/** The label on Runs and Schedules that names their Pipeline. */
+export const pipelineLabel = "runnel.dev/pipeline"
+
+export type ScheduleObject = KubernetesObject & {
+  spec: {
+    pipelineRef: { name: string }
+    jobName: string
+    type: "cron" | "interval"
+    expression: string
+    enabled?: boolean
+  }
+}
+
 export type PipelineObject = KubernetesObject & {
   spec: PipelineSpec
   status?: { observedGeneration?: number; conditions?: Condition[] }
