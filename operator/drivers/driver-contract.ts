@@ -1,13 +1,15 @@
 import { createHash, randomBytes } from "node:crypto"
 import { describe, expect, it, onTestFinished } from "vitest"
 import { SystemError } from "../../lib/core/errors.ts"
-import type { Driver, RunDriver, TaskOutput, TaskSpec } from "./driver.ts"
+import type { Driver, RunDriver, TaskOutput, TaskSpec, Volume } from "./driver.ts"
 
 export type DriverContractOptions = {
   /** The image tasks name; drivers without images ignore it. Default `busybox`. */
   readonly image?: string
   /** What of the run still exists (containers, volumes, directories), so the suite can check close() removed it all. */
   readonly remains?: (runId: string) => Promise<readonly string[]>
+  /** Removes a cache the suite made, which the contract itself never does; without it the suite leaves its caches behind. */
+  readonly removeCache?: (key: string) => Promise<void>
 }
 
 /**
@@ -19,9 +21,10 @@ export function driverContract(name: string, make: () => Driver, options: Driver
   const image = options.image ?? "busybox"
 
   /** A driver and one run of it, both closed when the test ends. */
-  async function openRun(): Promise<{ driver: Driver; run: RunDriver; runId: string }> {
+  async function openRun(
+    runId = `contract-${randomBytes(4).toString("hex")}`,
+  ): Promise<{ driver: Driver; run: RunDriver; runId: string }> {
     const driver = make()
-    const runId = `contract-${randomBytes(4).toString("hex")}`
     const run = await driver.open(runId)
     onTestFinished(async () => {
       await run.close()
@@ -40,6 +43,24 @@ export function driverContract(name: string, make: () => Driver, options: Driver
       mounts: {},
       ...more,
     }
+  }
+
+  /**
+   * A cache key no other test (or earlier test process) uses, `length` long, removed when the test
+   * ends. Call it before openRun(): test-finished callbacks run last-registered first, so the cache
+   * goes after the runs that use it have closed.
+   */
+  function cacheKey(length = 16): string {
+    const key = `contract-${randomBytes(4).toString("hex")}-`.padEnd(length, "x")
+    onTestFinished(async () => {
+      await options.removeCache?.(key)
+    })
+    return key
+  }
+
+  /** A task whose working directory is `volume`, the one way every driver can reach a mount. */
+  function inVolume(script: string, volume: Volume): TaskSpec {
+    return shell(script, { mounts: { "/volume": volume }, workDir: "/volume" })
   }
 
   const never = new AbortController().signal
@@ -207,6 +228,97 @@ export function driverContract(name: string, make: () => Driver, options: Driver
     it("closes a run in which nothing ran", async () => {
       const { run } = await openRun()
       await run.close()
+    })
+
+    it("keeps a cache through close() and removeLeftovers(), for a later run with the same key", async () => {
+      const key = cacheKey()
+      const { driver, run: first } = await openRun()
+      const written = await first.exec(
+        inVolume("echo kept > cached.txt", await first.createVolume(key, { cache: true })),
+        collect(),
+        never,
+      )
+      expect(written).toEqual({ code: 0, timedOut: false })
+      await first.close()
+      await driver.removeLeftovers()
+      const { run: second } = await openRun()
+      const output = collect()
+      await second.exec(inVolume("cat cached.txt", await second.createVolume(key, { cache: true })), output, never)
+      expect(output.out()).toBe("kept\n")
+    })
+
+    it("removes a run's own volumes on close, so a rerun with the same id starts empty", async () => {
+      const { run: first, runId } = await openRun()
+      await first.exec(inVolume("echo gone > work.txt", await first.createVolume("work")), collect(), never)
+      await first.close()
+      const { run: second } = await openRun(runId)
+      const output = collect()
+      expect(await second.exec(inVolume("ls", await second.createVolume("work")), output, never)).toEqual({
+        code: 0,
+        timedOut: false,
+      })
+      expect(output.out()).toBe("")
+    })
+
+    it("shares one cache between runs open at the same time, and one closing leaves it to the other", async () => {
+      const key = cacheKey()
+      const { run: first } = await openRun()
+      const { run: second } = await openRun()
+      const [mine, theirs] = [
+        await first.createVolume(key, { cache: true }),
+        await second.createVolume(key, { cache: true }),
+      ]
+      await first.exec(inVolume("echo from-first > shared.txt", mine), collect(), never)
+      await first.close()
+      const output = collect()
+      await second.exec(inVolume("cat shared.txt", theirs), output, never)
+      expect(output.out()).toBe("from-first\n")
+    })
+
+    it("accepts a cache key of 200 characters", async () => {
+      const key = cacheKey(200)
+      const { run } = await openRun()
+      const output = collect()
+      await run.exec(
+        inVolume("echo ok > ok.txt; cat ok.txt", await run.createVolume(key, { cache: true })),
+        output,
+        never,
+      )
+      expect(output.out()).toBe("ok\n")
+    })
+
+    it("rejects a cache key that is not lowercase letters, digits, '-', '.' and '_', or is over 200 characters", async () => {
+      const { run } = await openRun()
+      const invalid = [
+        "",
+        "Upper",
+        "with space",
+        "a/b",
+        "../up",
+        ".hidden",
+        "-first",
+        "caf\u00e9",
+        "k:v",
+        "x".repeat(201),
+      ]
+      for (const key of invalid) {
+        const created = run.createVolume(key, { cache: true })
+        await expect(created, key).rejects.toBeInstanceOf(SystemError)
+        await expect(created, key).rejects.toThrow(
+          /^cache key .+ (is not allowed: use lowercase letters|characters long)/,
+        )
+      }
+    })
+
+    it("rejects a name asked for as both a volume and a cache in one run", async () => {
+      const key = cacheKey()
+      const { run } = await openRun()
+      await run.createVolume(key, { cache: true })
+      await expect(run.createVolume(key)).rejects.toThrow(
+        `"${key}" was requested as a volume, but this run already made it a cache`,
+      )
+      await run.createVolume("plain")
+      await expect(run.createVolume("plain", { cache: true })).rejects.toThrow(SystemError)
     })
   })
 }

@@ -1,3 +1,5 @@
+import { SystemError } from "../../lib/core/errors.ts"
+
 /**
  * The driver contract: a driver runs the tasks of runs (containers, pods,
  * processes) and nothing else. Every driver passes the shared suite in
@@ -5,7 +7,7 @@
  *
  * - `open(runId)` gives a `RunDriver` scoped to one run. Everything it creates
  *   (containers, volumes, processes, directories) carries or lives under the
- *   run id, and `close()` removes all of it.
+ *   run id, and `close()` removes all of it; only caches (below) outlive it.
  * - `exec()` may be called concurrently; each call owns what it starts.
  *   It streams stdout and stderr to `output` as the bytes arrive, in order per
  *   stream, and resolves with the exit code once the task has ended and its
@@ -17,7 +19,26 @@
  * - A task the driver cannot start (no such image, no such executable, the
  *   daemon is down) rejects with a `SystemError` whose message says what to do.
  * - `createVolume(name)` gives a volume shared by the tasks of the run that
- *   mount it.
+ *   mount it; `close()` removes it.
+ * - `createVolume(key, { cache: true })` gives a cache: a volume that outlives
+ *   the run, for task caches kept between runs (Concourse `caches:`). `key` is
+ *   chosen by the caller and stable across runs, such as
+ *   `cache-<pipeline uid>-<job>-<task>-<n>`: 1 to 200 lowercase letters, digits,
+ *   `-`, `.` and `_`, beginning with a letter or digit (see `assertCacheKey`);
+ *   any other key rejects with a `SystemError`. Neither `close()` nor
+ *   `removeLeftovers()` removes a cache, and a later run creating the same key
+ *   finds what earlier runs left in it. Nothing in this contract removes a
+ *   cache yet.
+ * - Runs that use one cache at the same time share it: each sees the other's
+ *   writes as they happen, and a task killed midway leaves what it wrote.
+ *   Concourse instead gives each build a copy-on-write copy; runnel shares
+ *   because Docker volumes and plain directories have no cheap copy-on-write
+ *   snapshot, and copying a large cache on every run would spend much of what
+ *   it saves. So a task treats a cache as a speedup whose contents may be
+ *   partial or changing, never as an input it trusts; the caches of package
+ *   managers (npm, Go, Cargo, pip) are built for that.
+ * - Within one run a name is either a volume or a cache; asking for it as the
+ *   other kind rejects with a `SystemError`.
  * - `close()` is idempotent and succeeds even if nothing started.
  */
 export interface Driver {
@@ -31,8 +52,41 @@ export interface Driver {
 
 export interface RunDriver {
   exec(task: TaskSpec, output: TaskOutput, signal: AbortSignal): Promise<TaskExit>
-  createVolume(name: string): Promise<Volume>
+  createVolume(name: string, options?: VolumeOptions): Promise<Volume>
   close(): Promise<void>
+}
+
+export type VolumeOptions = {
+  /** Keep the volume between runs under the key `name`; see the contract above. */
+  readonly cache?: boolean
+}
+
+const cacheKeyMaxLength = 200
+
+/**
+ * Rejects a cache key the contract does not allow. A key becomes part of a
+ * Docker volume name and a directory name as it is, so it must not need
+ * escaping: two keys that escaped to one name would share a cache, and `..`
+ * would leave the caches directory.
+ */
+export function assertCacheKey(key: string): void {
+  if (key.length > cacheKeyMaxLength) {
+    throw new SystemError(
+      `cache key ${JSON.stringify(`${key.slice(0, 40)}...`)} is ${key.length} characters long; a cache key has at most ${cacheKeyMaxLength}`,
+    )
+  }
+  if (!/^[a-z0-9][a-z0-9._-]*$/.test(key)) {
+    throw new SystemError(
+      `cache key ${JSON.stringify(key)} is not allowed: use lowercase letters, digits, "-", "." and "_", beginning with a letter or digit`,
+    )
+  }
+}
+
+/** Rejects asking for `name` as a cache when the run made it a volume, or the other way round. */
+export function assertVolumeKind(name: string, cache: boolean, existingCache: boolean | undefined): void {
+  if (existingCache === undefined || existingCache === cache) return
+  const [asked, made] = cache ? ["a cache", "a volume"] : ["a volume", "a cache"]
+  throw new SystemError(`"${name}" was requested as ${asked}, but this run already made it ${made}; use another name`)
 }
 
 export type TaskSpec = {
@@ -52,7 +106,7 @@ export type TaskSpec = {
   readonly timeoutMs?: number
 }
 
-/** `name` is the name given to createVolume; the driver maps it to what it made, inside the run. */
+/** `name` is the name given to createVolume (a cache's key); the driver maps it to what it made. */
 export type Volume = { readonly name: string }
 
 /**

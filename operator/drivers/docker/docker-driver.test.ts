@@ -31,6 +31,15 @@ async function remains(runId: string): Promise<string[]> {
   return [...containers.map((container) => container.Id), ...(volumes.Volumes ?? []).map((volume) => volume.Name)]
 }
 
+async function removeCache(key: string): Promise<void> {
+  await client()
+    .getVolume(`runnel-cache-${key}`)
+    .remove({ force: true })
+    .catch((error: { statusCode?: number }) => {
+      if (error.statusCode !== 404) throw error
+    })
+}
+
 function shell(script: string, more: Partial<TaskSpec> = {}): TaskSpec {
   return {
     path: "tasks/1/docker",
@@ -54,7 +63,7 @@ async function openRun(driver = factory.create({})) {
 }
 
 describeDocker("docker", () => {
-  driverContract("docker", () => factory.create({}), { remains })
+  driverContract("docker", () => factory.create({}), { remains, removeCache })
 
   describe("docker driver", () => {
     it("labels its containers and volumes with the run, the task and the owning process", async () => {
@@ -67,7 +76,10 @@ describeDocker("docker", () => {
       onTestFinished(() => controller.abort(new Error("test over")))
       await until(() => output.out() !== "")
       const docker = client()
-      const [container] = await docker.listContainers({ filters: { label: [`${dockerLabels.run}=${runId}`] } })
+      const [container] = await docker.listContainers({
+        all: true,
+        filters: { label: [`${dockerLabels.run}=${runId}`] },
+      })
       const owner = `${hostname()}:${process.pid}`
       expect(container?.Labels).toMatchObject({
         [dockerLabels.run]: runId,
@@ -82,6 +94,18 @@ describeDocker("docker", () => {
       expect(dockerVolume?.Labels).toMatchObject({ [dockerLabels.run]: runId, [dockerLabels.owner]: owner })
       controller.abort(new Error("seen enough"))
       await expect(exec).rejects.toThrow("seen enough")
+    })
+
+    it("names a cache volume after its key and labels it with the key alone, not the run or the owner", async () => {
+      const key = `docker-test-${randomBytes(4).toString("hex")}`
+      onTestFinished(() => removeCache(key))
+      const { run, runId } = await openRun()
+      await run.createVolume(key, { cache: true })
+      const volumes = (await client().listVolumes({ filters: { label: [`${dockerLabels.cache}=${key}`] } })).Volumes
+      expect(volumes?.map((volume) => [volume.Name, volume.Labels])).toEqual([
+        [`runnel-cache-${key}`, { [dockerLabels.cache]: key }],
+      ])
+      expect(await remains(runId)).toEqual([])
     })
 
     it("removes the task's container once it has ended, and an aborted one at once", async () => {

@@ -1,7 +1,18 @@
 import Docker from "dockerode"
 import { badRequest, errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
-import type { Driver, DriverFactory, RunDriver, TaskExit, TaskOutput, TaskSpec, Volume } from "../driver.ts"
+import {
+  assertCacheKey,
+  assertVolumeKind,
+  type Driver,
+  type DriverFactory,
+  type RunDriver,
+  type TaskExit,
+  type TaskOutput,
+  type TaskSpec,
+  type Volume,
+  type VolumeOptions,
+} from "../driver.ts"
 
 export type DockerDefaults = {
   /** The daemon when a pipeline's driver_config names none: DOCKER_HOST, read by the composition code. */
@@ -10,8 +21,17 @@ export type DockerDefaults = {
 
 const defaultSocket = "/var/run/docker.sock"
 
-/** Labels on every container and volume the driver creates; `owner` finds what a crashed process left behind. */
-export const dockerLabels = { run: "dev.runnel.run", task: "dev.runnel.task", owner: "dev.runnel.owner" } as const
+/**
+ * Labels on every container and volume the driver creates; `owner` finds what a crashed process left behind.
+ * A cache volume carries only `cache` (its key): without the run and owner labels, neither closing a run
+ * nor removing leftovers touches it.
+ */
+export const dockerLabels = {
+  run: "dev.runnel.run",
+  task: "dev.runnel.task",
+  owner: "dev.runnel.owner",
+  cache: "dev.runnel.cache",
+} as const
 
 /**
  * Runs each task as a container on a Docker daemon. `driver_config.host`
@@ -74,8 +94,8 @@ class DockerDriver implements Driver {
 class DockerRun implements RunDriver {
   readonly #daemon: Daemon
   readonly #runId: string
-  /** Volume name as the run knows it, to the Docker volume's name. */
-  readonly #volumes = new Map<string, string>()
+  /** Volume name (or cache key) as the run knows it, to the Docker volume's name and whether it is a cache. */
+  readonly #volumes = new Map<string, { readonly dockerName: string; readonly cache: boolean }>()
   /** Whether anything may exist on the daemon, so closing an empty run needs no daemon at all. */
   #used = false
   #closed = false
@@ -130,20 +150,23 @@ class DockerRun implements RunDriver {
     }
   }
 
-  async createVolume(name: string): Promise<Volume> {
+  async createVolume(name: string, options: VolumeOptions = {}): Promise<Volume> {
+    const cache = options.cache === true
+    if (cache) assertCacheKey(name)
     if (this.#closed) throw new SystemError(`volume "${name}" was requested after its run was closed`)
-    const dockerName = `runnel-${this.#runId}-${name}`.replace(/[^a-zA-Z0-9_.-]/g, "-")
+    assertVolumeKind(name, cache, this.#volumes.get(name)?.cache)
+    // The daemon returns an existing volume of that name as it is: that is how a cache is found again.
+    // Run ids are `run-...`, so no run volume (`runnel-<run id>-<name>`) takes a cache's name.
+    const dockerName = cache ? `runnel-cache-${name}` : `runnel-${this.#runId}-${name}`.replace(/[^a-zA-Z0-9_.-]/g, "-")
+    const labels: Record<string, string> = cache
+      ? { [dockerLabels.cache]: name }
+      : { [dockerLabels.run]: this.#runId, [dockerLabels.owner]: processOwner }
     try {
-      await this.#creating(
-        this.#daemon.docker.createVolume({
-          Name: dockerName,
-          Labels: { [dockerLabels.run]: this.#runId, [dockerLabels.owner]: processOwner },
-        }),
-      )
+      await this.#creating(this.#daemon.docker.createVolume({ Name: dockerName, Labels: labels }))
     } catch (error) {
-      throw daemonError(error, this.#daemon.where, `volume "${name}" could not be created`)
+      throw daemonError(error, this.#daemon.where, `${cache ? "cache" : "volume"} "${name}" could not be created`)
     }
-    this.#volumes.set(name, dockerName)
+    this.#volumes.set(name, { dockerName, cache })
     return { name }
   }
 
@@ -210,7 +233,7 @@ class DockerRun implements RunDriver {
 
   #containerSpec(task: TaskSpec): Docker.ContainerCreateOptions {
     const binds = Object.entries(task.mounts).map(([path, volume]) => {
-      const dockerName = this.#volumes.get(volume.name)
+      const dockerName = this.#volumes.get(volume.name)?.dockerName
       if (dockerName === undefined) {
         throw new SystemError(`task "${task.path}" mounts volume "${volume.name}", which its run did not create`)
       }

@@ -16,6 +16,7 @@ const factory = nativeDriverFactory({ workRoot, path })
 
 driverContract("native", () => factory.create({}), {
   remains: async (runId) => (await readdir(workRoot)).filter((entry) => entry.startsWith(`${runId}-`)),
+  removeCache: (key) => rm(join(workRoot, "caches", key), { recursive: true, force: true }),
 })
 
 const never = new AbortController().signal
@@ -172,6 +173,16 @@ describe("native driver", () => {
     const entries = await readdir(workRoot)
     expect(entries).not.toContain("crashed-run-00000000")
     expect(entries).toEqual(expect.arrayContaining(["live-run-00000000", "unowned"]))
+  })
+
+  it("keeps a cache in <workRoot>/caches/<key>, and removes leftovers even with a cache named like the owner file", async () => {
+    const { run } = await openRun()
+    onTestFinished(() => rm(join(workRoot, "caches", "owner"), { recursive: true, force: true }))
+    const cache = await run.createVolume("owner", { cache: true })
+    await run.exec(shell("echo kept > file", { mounts: { "/c": cache }, workDir: "/c" }), collect(), never)
+    await factory.create({}).removeLeftovers()
+    await run.close()
+    expect(await readFile(join(workRoot, "caches", "owner", "file"), "utf8")).toBe("kept\n")
   })
 
   it("finds no leftovers when the work root does not exist yet", async () => {

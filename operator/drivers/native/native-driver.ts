@@ -5,7 +5,18 @@ import { constants } from "node:os"
 import { join, posix } from "node:path"
 import { SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
-import type { Driver, DriverFactory, RunDriver, TaskExit, TaskOutput, TaskSpec, Volume } from "../driver.ts"
+import {
+  assertCacheKey,
+  assertVolumeKind,
+  type Driver,
+  type DriverFactory,
+  type RunDriver,
+  type TaskExit,
+  type TaskOutput,
+  type TaskSpec,
+  type Volume,
+  type VolumeOptions,
+} from "../driver.ts"
 
 export type NativeDefaults = {
   /** Where run directories go, e.g. `<tmpdir>/runnel`. */
@@ -16,6 +27,12 @@ export type NativeDefaults = {
 
 /** Inside a run directory: who made it, so removeLeftovers() can tell a crashed owner from a live one. */
 const ownerFile = "owner"
+
+/**
+ * Inside the work root: one directory per cache key, kept between runs. No run directory has this
+ * name (they end in `-<hex>`), and removeLeftovers() skips it by name, not by its lack of an owner.
+ */
+const cachesDir = "caches"
 
 /**
  * Runs each task as a local process: no isolation, for machines without
@@ -42,14 +59,14 @@ class NativeDriver implements Driver {
     const runDir = join(this.#defaults.workRoot, `${safeName(runId)}-${randomBytes(4).toString("hex")}`)
     await mkdir(join(runDir, "volumes"), { recursive: true })
     await writeFile(join(runDir, ownerFile), processOwner)
-    return new NativeRun(runDir, this.#defaults.path)
+    return new NativeRun(runDir, join(this.#defaults.workRoot, cachesDir), this.#defaults.path)
   }
 
   async removeLeftovers(): Promise<void> {
     const entries = await readdir(this.#defaults.workRoot, { withFileTypes: true }).catch(ifMissing([]))
     await Promise.all(
       entries
-        .filter((entry) => entry.isDirectory())
+        .filter((entry) => entry.isDirectory() && entry.name !== cachesDir)
         .map(async (entry) => {
           const runDir = join(this.#defaults.workRoot, entry.name)
           // No owner file: a directory being created right now, or not runnel's; leave it.
@@ -64,25 +81,24 @@ class NativeDriver implements Driver {
 
 class NativeRun implements RunDriver {
   readonly #runDir: string
+  readonly #cachesDir: string
   readonly #path: string
   /** Process group leaders still running, with the promise that settles when each has closed its output. */
   readonly #running = new Map<ChildProcess, Promise<unknown>>()
-  readonly #volumes = new Set<string>()
+  /** Volume name (or cache key) to its directory and whether it is a cache. */
+  readonly #volumes = new Map<string, { readonly dir: string; readonly cache: boolean }>()
   #closing: Promise<void> | undefined
 
-  constructor(runDir: string, path: string) {
+  constructor(runDir: string, cachesDir: string, path: string) {
     this.#runDir = runDir
+    this.#cachesDir = cachesDir
     this.#path = path
   }
 
   async exec(task: TaskSpec, output: TaskOutput, signal: AbortSignal): Promise<TaskExit> {
     signal.throwIfAborted()
     this.#assertOpen(task)
-    for (const volume of Object.values(task.mounts)) {
-      if (!this.#volumes.has(volume.name)) {
-        throw new SystemError(`task "${task.path}" mounts volume "${volume.name}", which its run did not create`)
-      }
-    }
+    for (const volume of Object.values(task.mounts)) this.#volumeDir(task, volume)
     const cwd = this.#workDir(task)
     await mkdir(cwd, { recursive: true })
     signal.throwIfAborted()
@@ -133,10 +149,14 @@ class NativeRun implements RunDriver {
     }
   }
 
-  async createVolume(name: string): Promise<Volume> {
+  async createVolume(name: string, options: VolumeOptions = {}): Promise<Volume> {
+    const cache = options.cache === true
+    if (cache) assertCacheKey(name)
     if (this.#closing !== undefined) throw new SystemError(`volume "${name}" was requested after its run was closed`)
-    await mkdir(this.#volumeDir(name), { recursive: true })
-    this.#volumes.add(name)
+    assertVolumeKind(name, cache, this.#volumes.get(name)?.cache)
+    const dir = cache ? join(this.#cachesDir, name) : join(this.#runDir, "volumes", safeName(name))
+    await mkdir(dir, { recursive: true })
+    this.#volumes.set(name, { dir, cache })
     return { name }
   }
 
@@ -164,11 +184,15 @@ class NativeRun implements RunDriver {
       if (inside && (best === undefined || mountPath.length > best.mountPath.length)) best = { mountPath, volume }
     }
     if (best === undefined) return join(this.#runDir, workDir)
-    return join(this.#volumeDir(best.volume.name), posix.relative(best.mountPath, workDir))
+    return join(this.#volumeDir(task, best.volume), posix.relative(best.mountPath, workDir))
   }
 
-  #volumeDir(name: string): string {
-    return join(this.#runDir, "volumes", safeName(name))
+  #volumeDir(task: TaskSpec, volume: Volume): string {
+    const dir = this.#volumes.get(volume.name)?.dir
+    if (dir === undefined) {
+      throw new SystemError(`task "${task.path}" mounts volume "${volume.name}", which its run did not create`)
+    }
+    return dir
   }
 }
 
