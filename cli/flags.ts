@@ -1,6 +1,15 @@
 import { type Command, Option } from "commander"
 import { envName, type FlagSpec } from "../lib/config/flags.ts"
 
+/** The image YAML pipelines run their small tasks and mock `mirror_self` images in (runner and operator). */
+export const mockImageFlag: FlagSpec = {
+  name: "mock-image",
+  value: "IMAGE",
+  defaultValue: "busybox",
+  description:
+    "YAML pipelines: the image with a POSIX shell that stands for a mock resource's mirror_self image and runs runnel's small file tasks",
+}
+
 /** Adds a flag table to a command; --help shows each flag's variable and default. */
 export function addFlags(command: Command, table: readonly FlagSpec[]): void {
   for (const flag of table) {

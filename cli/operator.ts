@@ -17,7 +17,7 @@ import { globalScope, runSecrets, type SecretStore } from "../lib/secrets/secret
 import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { type Operator, startOperator } from "../operator/operator.ts"
 import { driverRegistry } from "./drivers.ts"
-import { addFlags } from "./flags.ts"
+import { addFlags, mockImageFlag } from "./flags.ts"
 import { processLog } from "./log.ts"
 
 /** The flags of the operator role, shared by `runnel operator` and `runnel server`. */
@@ -77,6 +77,7 @@ export const operatorFlags: readonly FlagSpec[] = [
     value: "TEXT",
     description: "passphrase of the secret store; the AES-256 key is its SHA-256",
   },
+  mockImageFlag,
   {
     name: "allowed-features",
     value: "LIST",
@@ -99,6 +100,7 @@ export type OperatorSettings = {
   readonly secrets: Readonly<Record<string, string>>
   readonly secretStore: { readonly path: string; readonly passphrase: string | undefined }
   readonly features: readonly Feature[]
+  readonly mockImage: string
 }
 
 export function operatorSettings(flags: FlagValues): OperatorSettings {
@@ -141,6 +143,7 @@ export function operatorSettings(flags: FlagValues): OperatorSettings {
         flags["secrets-sqlite-passphrase"] === undefined ? undefined : String(flags["secrets-sqlite-passphrase"]),
     },
     features: parseFeatures(String(flags["allowed-features"])),
+    mockImage: String(flags["mock-image"]),
   }
 }
 
@@ -187,6 +190,7 @@ export function startConfiguredOperator(
     allowedDrivers: settings.allowedDrivers,
     maxInFlight: settings.maxInFlight,
     limits: settings.limits,
+    mockImage: settings.mockImage,
     log: processLog(),
   })
 }

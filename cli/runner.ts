@@ -7,10 +7,12 @@ import { type FlagSpec, parseKeyValues, parsePositiveInt, readFlags } from "../l
 import { parseDuration } from "../lib/core/duration.ts"
 import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
 import { RunAborted, runScript } from "../operator/engine/engine.ts"
+import { memoryVersions, runYamlPipeline } from "../operator/engine/yaml/interpret.ts"
 import { driverRegistry } from "./drivers.ts"
-import { addFlags } from "./flags.ts"
+import { addFlags, mockImageFlag } from "./flags.ts"
 import { TerminalObserver } from "./terminal-observer.ts"
 
 export const runnerFlags: readonly FlagSpec[] = [
@@ -29,13 +31,14 @@ export const runnerFlags: readonly FlagSpec[] = [
   },
   { name: "pipeline-memory-mb", value: "MB", defaultValue: "128", description: "memory limit of the script's sandbox" },
   { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of the whole run" },
+  mockImageFlag,
 ]
 
 export function runnerCommand(program: Command): void {
   const command = program
     .command("runner")
     .description("run a pipeline file on this machine, without a server; exits with the run's code")
-    .argument("<file>", "pipeline script (.ts or .js)")
+    .argument("<file>", "pipeline script (.ts or .js) or Concourse-style YAML (.yml, .yaml)")
     .argument("[args...]", "arguments after -- become pipelineContext.args")
     .usage("FILE [options] [-- ARGS...]")
   addFlags(command, runnerFlags)
@@ -62,6 +65,7 @@ async function runner(file: string, args: string[], options: Record<string, unkn
   const store = await openSqliteLogStore(
     scratch === undefined ? String(flags["storage-sqlite-path"]) : join(scratch, "runnel.db"),
   )
+  const contentType = contentTypeOfFile(file, source)
   const stop = new AbortController()
   const onSignal = () => {
     if (stop.signal.aborted) process.exit(130)
@@ -71,26 +75,31 @@ async function runner(file: string, args: string[], options: Record<string, unkn
   process.on("SIGINT", onSignal)
   process.on("SIGTERM", onSignal)
   try {
-    const result = await runScript(
-      {
-        runId: `local-${randomBytes(4).toString("hex")}`,
-        pipelineId: "local",
-        pipelineName: basename(file, extname(file)),
-        filename: file,
-        source,
-        triggeredBy: "manual",
-        args,
-      },
-      {
-        driver,
-        driverName,
-        store,
-        secrets: staticSecrets(secrets),
-        observer: new TerminalObserver(process.stdout, process.stderr),
-        limits,
-      },
-      stop.signal,
-    )
+    const run = {
+      runId: `local-${randomBytes(4).toString("hex")}`,
+      pipelineId: "local",
+      pipelineName: basename(file, extname(file)),
+      source,
+      triggeredBy: "manual" as const,
+      args,
+    }
+    const deps = {
+      driver,
+      driverName,
+      store,
+      secrets: staticSecrets(secrets),
+      observer: new TerminalObserver(process.stdout, process.stderr),
+      limits,
+    }
+    const result =
+      contentType === "yaml"
+        ? // No server: versions live as long as the run, and set_pipeline says it needs one.
+          await runYamlPipeline(
+            run,
+            { ...deps, mockImage: String(flags["mock-image"]), versions: memoryVersions() },
+            stop.signal,
+          )
+        : await runScript({ ...run, filename: file }, deps, stop.signal)
     return result.code
   } finally {
     process.off("SIGINT", onSignal)
@@ -100,6 +109,14 @@ async function runner(file: string, args: string[], options: Record<string, unkn
     await driver.close()
     if (scratch !== undefined) await rm(scratch, { recursive: true, force: true })
   }
+}
+
+/** By the extension, else by the content (contract.md section 4). */
+function contentTypeOfFile(file: string, source: string): ContentType {
+  const extension = extname(file).toLowerCase()
+  if (extension === ".yml" || extension === ".yaml") return "yaml"
+  if (extension === ".ts" || extension === ".mts" || extension === ".js" || extension === ".mjs") return "ts"
+  return inferContentType(source)
 }
 
 async function readPipeline(file: string): Promise<string> {

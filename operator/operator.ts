@@ -28,6 +28,8 @@ export type OperatorOptions = {
   readonly allowedDrivers: readonly string[] | "*"
   readonly maxInFlight: number
   readonly limits: SandboxLimits
+  /** YAML pipelines' small image (`--mock-image`); busybox unless said otherwise. */
+  readonly mockImage?: string
   /** Progress writes to a Run's status are coalesced within this window; 150 ms by default. */
   readonly statusThrottleMs?: number
   readonly log?: Log
@@ -66,6 +68,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     drivers,
     defaultDriver: options.defaultDriver,
     limits: options.limits,
+    mockImage: options.mockImage ?? "busybox",
     maxInFlight: options.maxInFlight,
     statusThrottleMs: options.statusThrottleMs ?? 150,
     log,

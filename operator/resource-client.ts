@@ -60,6 +60,22 @@ export class ResourceClient {
     )
   }
 
+  /**
+   * A YAML run's set_pipeline: replaces the content of Pipeline `name`, or
+   * creates it (driver and everything else at their defaults).
+   */
+  async setPipeline(name: string, yaml: string): Promise<void> {
+    const spec = { content: yaml, contentType: "yaml" }
+    const patched = await ifGone(
+      this.#objects.patchNamespacedCustomObject({ ...this.#where("pipelines"), name, body: { spec } }, merge),
+    )
+    if (patched !== undefined) return
+    await this.#objects.createNamespacedCustomObject({
+      ...this.#where("pipelines"),
+      body: { apiVersion: `${runnelGroup}/${runnelVersion}`, kind: "Pipeline", metadata: { name }, spec },
+    })
+  }
+
   /** The Schedules derived from one Pipeline (label `runnel.dev/pipeline`). */
   async listSchedules(pipeline: string): Promise<ScheduleObject[]> {
     const list = (await this.#objects.listNamespacedCustomObject({

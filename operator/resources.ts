@@ -40,13 +40,23 @@ export type ScheduleObject = KubernetesObject & {
 
 export type PipelineObject = KubernetesObject & {
   spec: PipelineSpec
-  status?: { observedGeneration?: number; conditions?: Condition[] }
+  status?: {
+    observedGeneration?: number
+    conditions?: Condition[]
+    /** YAML pipelines: the latest version of each resource a run fetched or put. */
+    resourceVersions?: Record<
+      string,
+      { version: Record<string, string>; metadata?: { name: string; value: string }[]; run?: string; at?: string }
+    >
+  }
 }
 
 export type RunTrigger = {
   type?: "manual" | "args" | "webhook" | "schedule" | "cli"
   by?: string
   args?: string[]
+  /** YAML pipelines: only these jobs (a Schedule's); the whole pipeline when absent. */
+  jobs?: string[]
   webhook?: RunWebhook
 }
 

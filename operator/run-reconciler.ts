@@ -14,7 +14,10 @@ import type { DriverPool } from "./driver-pool.ts"
 import { RunAborted, runScript, type TriggerType } from "./engine/engine.ts"
 import { journalFromStore } from "./engine/journal.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
+import { runYamlPipeline } from "./engine/yaml/interpret.ts"
+import { JobSlots } from "./job-slots.ts"
 import type { PipelineGenerations } from "./pipeline-reconciler.ts"
+import { pipelineVersions } from "./pipeline-versions.ts"
 import type { ResourceClient } from "./resource-client.ts"
 import {
   type Condition,
@@ -45,6 +48,8 @@ export type RunReconcilerOptions = {
   /** The driver of a pipeline whose spec names none (`--driver`). */
   readonly defaultDriver: string
   readonly limits: SandboxLimits
+  /** YAML pipelines: the small image of mock resources' mirror_self and runnel's file tasks (`--mock-image`). */
+  readonly mockImage: string
   /** `--max-in-flight`: runs executing at once; the rest wait, first in, first out. */
   readonly maxInFlight: number
   /** Progress writes to a Run's status within this window are coalesced into one. */
@@ -95,6 +100,8 @@ export class RunReconciler {
   /** The order in which this process first saw each Run: the watch delivers creations in order. */
   readonly #arrival = new Map<string, number>()
   #arrivals = 0
+  /** YAML jobs' serial, serial_groups and max_in_flight across the runs of a pipeline. */
+  readonly #jobSlots = new JobSlots()
   #draining = false
   #stopped = false
   #scheduled: NodeJS.Immediate | undefined
@@ -281,8 +288,12 @@ export class RunReconciler {
     const plan = mode === "resume" ? this.#resumePlan(run, pipeline) : this.#admitPlan(run, pipeline)
     if (typeof plan === "string") return end("error", plan)
     const contentType = contentTypeOf(plan.spec)
-    if (contentType === "yaml") {
-      return end("error", `pipeline "${pipelineName}" is YAML; this version of runnel does not run YAML pipelines yet`)
+    if (contentType === "yaml" && mode === "resume") {
+      // A YAML run has no journal to replay: running its finished steps again could repeat their effects.
+      return end(
+        "error",
+        `the operator restarted while this YAML run of "${pipelineName}" was running; YAML runs are not resumed, trigger it again`,
+      )
     }
     // With the `webhooks` feature off, pipelines get no webhook data and no response channel.
     const webhook = this.#options.webhooks ? webhookOf(run, store) : undefined
@@ -334,29 +345,47 @@ export class RunReconciler {
         log("run.webhook-response-failed", { run: name, error: errorMessage(error) })
       })
     }
-    const result = await runScript(
-      {
-        runId: name,
-        pipelineId: pipeline.metadata?.uid ?? "",
-        pipelineName,
-        filename: scriptFilename(pipelineName, contentType),
-        source: plan.spec.content,
-        triggeredBy: triggerOf(run),
-        args: run.spec.trigger?.args ?? [],
-        ...(webhook === undefined ? {} : { webhook }),
-        ...(journal === undefined ? {} : { journal }),
-      },
-      {
-        driver,
-        driverName,
-        store,
-        secrets: this.#options.secrets.forRun({ pipelineUid: pipeline.metadata?.uid ?? "", runId: name }),
-        observer,
-        limits: this.#options.limits,
-        respond,
-      },
-      signal,
-    )
+    const pipelineUid = pipeline.metadata?.uid ?? ""
+    const identity = {
+      runId: name,
+      pipelineId: pipelineUid,
+      pipelineName,
+      source: plan.spec.content,
+      triggeredBy: triggerOf(run),
+      args: run.spec.trigger?.args ?? [],
+      ...(webhook === undefined ? {} : { webhook }),
+    }
+    const deps = {
+      driver,
+      driverName,
+      store,
+      secrets: this.#options.secrets.forRun({ pipelineUid, runId: name }),
+      observer,
+      limits: this.#options.limits,
+      respond,
+    }
+    const result =
+      contentType === "yaml"
+        ? await runYamlPipeline(
+            { ...identity, ...(run.spec.trigger?.jobs === undefined ? {} : { jobs: run.spec.trigger.jobs }) },
+            {
+              ...deps,
+              mockImage: this.#options.mockImage,
+              versions: pipelineVersions(client, () => this.#options.pipelines.get(pipelineName), pipelineName, name),
+              setPipeline: (target, yaml) => client.setPipeline(target === "self" ? pipelineName : target, yaml),
+              jobSlot: (job, limit) => this.#jobSlots.acquire(pipelineUid, job, limit),
+            },
+            signal,
+          )
+        : await runScript(
+            {
+              ...identity,
+              filename: scriptFilename(pipelineName, contentType),
+              ...(journal === undefined ? {} : { journal }),
+            },
+            deps,
+            signal,
+          )
     this.#settled.add(name)
     await writer.final({
       phase: result.status,

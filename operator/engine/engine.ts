@@ -162,7 +162,7 @@ function settle(
 }
 
 /** The request with header names in lower case; two spellings of one name are joined as a repeated header is. */
-function lowerCaseHeaders(request: WebhookRequest): WebhookRequest {
+export function lowerCaseHeaders(request: WebhookRequest): WebhookRequest {
   const headers = new Map<string, string>()
   for (const [name, value] of Object.entries(request.headers)) {
     const key = name.toLowerCase()

@@ -1,3 +1,4 @@
+import { StringDecoder } from "node:string_decoder"
 import { errorMessage, SystemError } from "../../lib/core/errors.ts"
 import type { OutputStream, TaskRecord } from "../../lib/core/run.ts"
 import type { TaskStatus } from "../../lib/core/status.ts"
@@ -19,6 +20,37 @@ export type TaskResult = {
   readonly endedAt: string
   readonly timedOut: boolean
 }
+
+/** How runTaskAt runs one task; YAML pipelines use these, scripts need none. */
+export type TaskOptions = {
+  /**
+   * Aborts this task instead of the run's signal. The caller combines it with
+   * the run's when it should stop with the run; a hook that must still run
+   * after a stop (on_abort, ensure) passes one the stop does not abort.
+   */
+  readonly signal?: AbortSignal
+  /**
+   * Keep stdout out of the log store and the observer and return it whole and
+   * unredacted: a resource's JSON answer, a file read from an artifact. stderr
+   * is stored as usual.
+   */
+  readonly captureStdout?: boolean
+  /** Resolve env values written `secret:KEY` (scripts); YAML resolves its ((variables)) itself and passes false. */
+  readonly resolveSecrets?: boolean
+  /**
+   * Not a task of the run: no record, no numbering, output returned but
+   * neither stored nor published (runnel reading a task file from an
+   * artifact). `path` must still be unique within the run.
+   */
+  readonly internal?: boolean
+}
+
+/**
+ * A mount whose volume name starts with this is a cache (Concourse `caches:`):
+ * the rest of the name is the cache key, stable across runs, and the volume
+ * outlives the run (`createVolume(key, { cache: true })` in the driver contract).
+ */
+export const cacheVolumePrefix = "cache:"
 
 /** A task's result text keeps its last 4 Mi characters; the whole output is in the log store. */
 export const keptOutputChars = 4 * 1024 * 1024
@@ -79,8 +111,62 @@ export class RunContext {
     return running
   }
 
-  async #run(path: string, request: TaskRequest): Promise<TaskResult> {
-    const { runId, store, redactor, observer, signal } = this.#deps
+  /**
+   * Runs one task at a path the caller chose (YAML: `jobs/<job>/<n>/<kind>/<name>`),
+   * recorded, redacted and cleaned up as runTask's are. Rejects when the task
+   * is aborted or runnel cannot run it (the task is then `aborted` or `error`),
+   * never for a non-zero exit.
+   */
+  runTaskAt(path: string, request: TaskRequest, options: TaskOptions = {}): Promise<TaskResult> {
+    const running = this.#run(path, request, options)
+    this.#running.add(running)
+    running.then(
+      () => this.#running.delete(running),
+      () => this.#running.delete(running),
+    )
+    return running
+  }
+
+  /**
+   * Records a task that never ran: `skipped` (a YAML job skipped as a whole) or
+   * `error` (runnel could not even build it, e.g. an undefined variable), with
+   * `message` as its stderr.
+   */
+  recordTask(path: string, name: string, status: "skipped" | "error", message?: string): void {
+    const now = new Date().toISOString()
+    const record: TaskRecord = { runId: this.#deps.runId, path, name, status, code: null, startedAt: now, endedAt: now }
+    this.#save(record)
+    this.#deps.observer.taskStarted(record)
+    if (message !== undefined) {
+      const log = this.#taskLog(path)
+      log.stderr(`${message}\n`)
+      log.end()
+    }
+    this.#finish(record)
+  }
+
+  #taskLog(path: string): TaskLog {
+    const { runId, store, redactor, observer } = this.#deps
+    return taskLog({
+      runId,
+      path,
+      store,
+      redactor,
+      keepChars: keptOutputChars,
+      onText: (stream, text) => observer.output(path, stream, text),
+    })
+  }
+
+  async #run(path: string, request: TaskRequest, options: TaskOptions = {}): Promise<TaskResult> {
+    const { runId, store, redactor, observer } = this.#deps
+    const signal = options.signal ?? this.#deps.signal
+    const internal = options.internal === true
+    const save = (next: TaskRecord) => {
+      if (!internal) this.#save(next)
+    }
+    const finish = (next: TaskRecord) => {
+      if (!internal) this.#finish(next)
+    }
     let record: TaskRecord = {
       runId,
       path,
@@ -90,25 +176,29 @@ export class RunContext {
       startedAt: null,
       endedAt: null,
     }
-    this.#save(record)
+    save(record)
     try {
-      const env = await this.#resolveSecrets(request)
+      const env = options.resolveSecrets === false ? { ...request.env } : await this.#resolveSecrets(request)
       const driver = await this.#driver()
       const mounts: Record<string, Volume> = {}
       for (const [mountPath, name] of Object.entries(request.mounts))
         mounts[mountPath] = await this.#volume(driver, name)
       signal.throwIfAborted()
       record = { ...record, status: "running", startedAt: new Date().toISOString() }
-      this.#save(record)
-      observer.taskStarted(record)
-      const log = taskLog({
-        runId,
-        path,
-        store,
-        redactor,
-        keepChars: keptOutputChars,
-        onText: (stream, text) => observer.output(path, stream, text),
-      })
+      save(record)
+      if (!internal) observer.taskStarted(record)
+      const log = internal
+        ? capturedLog(true)
+        : options.captureStdout === true
+          ? withCapturedStdout(this.#taskLog(path))
+          : taskLog({
+              runId,
+              path,
+              store,
+              redactor,
+              keepChars: keptOutputChars,
+              onText: (stream, text) => observer.output(path, stream, text),
+            })
       let output = { stdout: "", stderr: "" }
       let exit: { code: number; timedOut: boolean }
       try {
@@ -122,7 +212,7 @@ export class RunContext {
         code: exit.code,
         endedAt: new Date().toISOString(),
       }
-      this.#finish(record)
+      finish(record)
       return {
         code: exit.code,
         ...output,
@@ -132,7 +222,7 @@ export class RunContext {
       }
     } catch (error) {
       const status: TaskStatus = signal.aborted ? "aborted" : "error"
-      this.#finish({ ...record, status, endedAt: new Date().toISOString() })
+      finish({ ...record, status, endedAt: new Date().toISOString() })
       if (signal.aborted) throw signal.reason
       const failure =
         error instanceof SystemError ? error : new SystemError(`task ${path}: ${errorMessage(error)}`, { cause: error })
@@ -168,7 +258,9 @@ export class RunContext {
   #volume(driver: RunDriver, name: string): Promise<Volume> {
     let volume = this.#volumes.get(name)
     if (volume === undefined) {
-      volume = driver.createVolume(name)
+      volume = name.startsWith(cacheVolumePrefix)
+        ? driver.createVolume(name.slice(cacheVolumePrefix.length), { cache: true })
+        : driver.createVolume(name)
       this.#volumes.set(name, volume)
     }
     return volume
@@ -225,5 +317,32 @@ export class RunContext {
   #finish(record: TaskRecord): void {
     this.#save(record)
     this.#deps.observer.taskFinished(record)
+  }
+}
+
+/** A TaskLog that only collects: stdout (and stderr when `both`) decoded whole, unredacted, stored nowhere. */
+function capturedLog(both: boolean): TaskLog {
+  const stdout = new StringDecoder("utf8")
+  const stderr = new StringDecoder("utf8")
+  let out = ""
+  let err = ""
+  return {
+    stdout: (chunk) => {
+      out += typeof chunk === "string" ? chunk : stdout.write(chunk)
+    },
+    stderr: (chunk) => {
+      if (both) err += typeof chunk === "string" ? chunk : stderr.write(chunk)
+    },
+    end: () => ({ stdout: out + stdout.end(), stderr: err + stderr.end() }),
+  }
+}
+
+/** `log` for stderr; stdout collected whole and unredacted instead of stored (TaskOptions.captureStdout). */
+function withCapturedStdout(log: TaskLog): TaskLog {
+  const captured = capturedLog(false)
+  return {
+    stdout: (chunk) => captured.stdout(chunk),
+    stderr: (chunk) => log.stderr(chunk),
+    end: () => ({ stdout: captured.end().stdout, stderr: log.end().stderr }),
   }
 }

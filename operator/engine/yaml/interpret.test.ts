@@ -1,0 +1,551 @@
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import type { OutputStream, RunResult, TaskRecord } from "../../../lib/core/run.ts"
+import type { WebhookRequest } from "../../../lib/core/webhook-request.ts"
+import type { LogStore } from "../../../lib/logs/log-store.ts"
+import { openSqliteLogStore } from "../../../lib/logs/sqlite-log-store.ts"
+import { staticSecrets } from "../../../lib/secrets/secret-resolver.ts"
+import { nativeDriverFactory } from "../../drivers/native/native-driver.ts"
+import type { RunObserver } from "../run-observer.ts"
+import { memoryVersions, type ResourceVersions, runYamlPipeline, type YamlDeps } from "./interpret.ts"
+import { linkedDriver } from "./testing/linked-driver.ts"
+
+const dir = mkdtempSync(join(tmpdir(), "runnel-yaml-test-"))
+const native = nativeDriverFactory({ workRoot: join(dir, "native"), path: "/usr/local/bin:/usr/bin:/bin" }).create({})
+// Tasks with several inputs need mounts below the working directory, which the native driver does not link.
+const linked = linkedDriver(join(dir, "linked"))
+let store: LogStore
+beforeAll(async () => {
+  store = await openSqliteLogStore(join(dir, "runnel.db"))
+})
+afterAll(async () => {
+  await store.close()
+  rmSync(dir, { recursive: true, force: true })
+})
+
+class Recorder implements RunObserver {
+  readonly live: string[] = []
+  taskStarted(_task: TaskRecord) {}
+  output(_path: string, _stream: OutputStream, text: string) {
+    this.live.push(text)
+  }
+  taskFinished(_task: TaskRecord) {}
+  runFinished(_result: RunResult) {}
+}
+
+let runs = 0
+async function run(
+  source: string,
+  options: {
+    secrets?: Record<string, string>
+    signal?: AbortSignal
+    versions?: ResourceVersions
+    webhook?: WebhookRequest
+    setPipeline?: YamlDeps["setPipeline"]
+    multiMount?: boolean
+  } = {},
+) {
+  const observer = new Recorder()
+  const result = await runYamlPipeline(
+    {
+      runId: `yaml-test-${++runs}`,
+      pipelineId: "p1",
+      pipelineName: "yaml-test",
+      source,
+      triggeredBy: options.webhook === undefined ? "manual" : "webhook",
+      args: [],
+      ...(options.webhook === undefined ? {} : { webhook: options.webhook }),
+    },
+    {
+      driver: options.multiMount === true ? linked : native,
+      driverName: "native",
+      store,
+      secrets: staticSecrets(options.secrets ?? {}),
+      observer,
+      limits: { memoryMb: 64, timeoutMs: 30_000 },
+      mockImage: "busybox",
+      versions: options.versions ?? memoryVersions(),
+      ...(options.setPipeline === undefined ? {} : { setPipeline: options.setPipeline }),
+    },
+    options.signal ?? new AbortController().signal,
+  )
+  const out = (path: string, stream: OutputStream = "stdout") => store.output(result.runId, path, stream)
+  return { result, observer, out, tasks: result.tasks.map((task) => `${task.path} ${task.status}`) }
+}
+
+const config = (script: string) =>
+  `{platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: sh, args: [-c, ${JSON.stringify(script)}]}}`
+/** A task step running a shell script, as a plan item (`  - ${sh(...)}`), more keys on lines indented by 4. */
+const sh = (name: string, script: string, indent = 4) => `task: ${name}\n${" ".repeat(indent)}config: ${config(script)}`
+/** The same as a flow mapping, for hooks. */
+const hook = (name: string, script: string) => `{task: ${name}, config: ${config(script)}}`
+
+describe("step hooks and modifiers", () => {
+  it("runs on_failure and ensure after a failing task, and the job still fails", async () => {
+    const { result, tasks } = await run(`
+jobs:
+- name: j
+  plan:
+  - ${sh("build", "exit 3")}
+    on_success: ${hook("never", "true")}
+    on_failure: ${hook("notify", "echo failed")}
+    ensure: ${hook("cleanup", "true")}
+  - ${sh("after", "true")}
+`)
+    expect(tasks).toEqual([
+      "jobs/j/1/task/build failure",
+      "jobs/j/2/task/notify success",
+      "jobs/j/3/task/cleanup success",
+    ])
+    expect(result.status).toBe("failure")
+    expect(result.code).toBe(1)
+    expect(result.message).toBe('job "j" failed')
+  })
+
+  it("lets try absorb a failure and go on", async () => {
+    const { result, tasks } = await run(`
+jobs:
+- name: j
+  plan:
+  - try: ${hook("flaky", "exit 1")}
+  - ${sh("next", "true")}
+`)
+    expect(tasks).toEqual(["jobs/j/1/task/flaky failure", "jobs/j/2/task/next success"])
+    expect(result.status).toBe("success")
+    expect(result.code).toBe(0)
+  })
+
+  it("retries with attempts, each attempt its own n, and hooks once around them", async () => {
+    const { result, tasks } = await run(`
+jobs:
+- name: j
+  plan:
+  - ${sh("flaky", "test -f ../../count && exit 0; mkdir -p ../..; touch ../../count; exit 1")}
+    attempts: 3
+    on_success: ${hook("done", "true")}
+  - ${sh("always-fails", "exit 2")}
+    attempts: 2
+`)
+    expect(tasks).toEqual([
+      "jobs/j/1/task/flaky failure",
+      "jobs/j/2/task/flaky success",
+      "jobs/j/3/task/done success",
+      "jobs/j/4/task/always-fails failure",
+      "jobs/j/5/task/always-fails failure",
+    ])
+    expect(result.status).toBe("failure")
+  })
+
+  it("fails a step that times out and fires its on_failure", async () => {
+    const started = Date.now()
+    const { result, tasks } = await run(`
+jobs:
+- name: j
+  plan:
+  - ${sh("slow", "sleep 5")}
+    timeout: 300ms
+    on_failure: ${hook("timed-out", "true")}
+`)
+    expect(Date.now() - started).toBeLessThan(4000)
+    expect(tasks).toEqual(["jobs/j/1/task/slow failure", "jobs/j/2/task/timed-out success"])
+    expect(result.status).toBe("failure")
+  })
+
+  it("fails the step when its ensure fails", async () => {
+    const { result, tasks } = await run(`
+jobs:
+- name: ok-then-bad-ensure
+  plan:
+  - ${sh("build", "true")}
+    ensure: ${hook("cleanup", "exit 1")}
+  - ${sh("not-reached", "true")}
+`)
+    expect(tasks).toEqual([
+      "jobs/ok-then-bad-ensure/1/task/build success",
+      "jobs/ok-then-bad-ensure/2/task/cleanup failure",
+    ])
+    expect(result.status).toBe("failure")
+  })
+
+  it("runs in_parallel steps up to limit at once, and fail_fast interrupts the others", async () => {
+    const started = Date.now()
+    const { result, tasks } = await run(`
+jobs:
+- name: limited
+  plan:
+  - in_parallel:
+      limit: 2
+      steps:
+      - ${sh("a", "sleep 0.3", 8)}
+      - ${sh("b", "sleep 0.3", 8)}
+      - ${sh("c", "sleep 0.3", 8)}
+- name: fast
+  plan:
+  - in_parallel:
+      fail_fast: true
+      steps:
+      - ${sh("fails", "sleep 0.1; exit 1", 8)}
+      - ${sh("slow", "sleep 5", 8)}
+        on_abort: ${hook("interrupted", "true")}
+`)
+    const elapsed = Date.now() - started
+    expect(elapsed).toBeGreaterThanOrEqual(550)
+    expect(elapsed).toBeLessThan(4000)
+    expect(tasks).toEqual(
+      expect.arrayContaining([
+        "jobs/limited/1/task/a success",
+        "jobs/limited/2/task/b success",
+        "jobs/limited/3/task/c success",
+        "jobs/fast/1/task/fails failure",
+        "jobs/fast/2/task/slow aborted",
+        "jobs/fast/3/task/interrupted success",
+      ]),
+    )
+    expect(result.status).toBe("failure")
+    expect(result.message).toBe('job "fast" failed')
+  })
+
+  it("fans out across values with ((.:var)), max_in_flight all", async () => {
+    const { result, tasks, out } = await run(`
+jobs:
+- name: j
+  plan:
+  - ${sh("build", 'echo "os=$OS"')}
+    params: {OS: ((.:os))}
+    across:
+    - var: os
+      values: [linux, darwin, windows]
+      max_in_flight: all
+`)
+    expect(result.status).toBe("success")
+    expect(tasks.sort()).toEqual([
+      "jobs/j/1/task/build success",
+      "jobs/j/2/task/build success",
+      "jobs/j/3/task/build success",
+    ])
+    const printed = [1, 2, 3].map((n) => out(`jobs/j/${n}/task/build`).trim()).sort()
+    expect(printed).toEqual(["os=darwin", "os=linux", "os=windows"])
+  })
+
+  it("runs on_abort and ensure when the run is stopped", async () => {
+    const controller = new AbortController()
+    setTimeout(() => controller.abort(), 300)
+    const { result, tasks } = await run(
+      `
+jobs:
+- name: j
+  plan:
+  - ${sh("long", "sleep 10")}
+    on_abort: ${hook("aborted-hook", "true")}
+    ensure: ${hook("ensure-hook", "true")}
+  - ${sh("never", "true")}
+  on_abort: ${hook("job-abort-hook", "true")}
+`,
+      { signal: controller.signal },
+    )
+    expect(result.status).toBe("aborted")
+    expect(result.code).toBe(130)
+    expect(tasks).toEqual([
+      "jobs/j/1/task/long aborted",
+      "jobs/j/2/task/aborted-hook success",
+      "jobs/j/3/task/ensure-hook success",
+      "jobs/j/4/task/job-abort-hook success",
+    ])
+  })
+})
+
+describe("jobs", () => {
+  const pipeline = (firstScript: string) => `
+resources:
+- name: thing
+  type: mock
+jobs:
+- name: second
+  plan:
+  - get: thing
+    passed: [first]
+  - ${sh("use", "cat ../../get/thing/version 2>/dev/null; true")}
+- name: first
+  plan:
+  - get: thing
+  - ${sh("build", firstScript)}
+- name: unrelated
+  plan:
+  - ${sh("other", "true")}
+`
+
+  it("runs jobs in passed: order", async () => {
+    const { result, tasks } = await run(pipeline("true"))
+    expect(result.status).toBe("success")
+    const order = tasks.filter((task) => task.startsWith("jobs/first") || task.startsWith("jobs/second"))
+    expect(order).toEqual([
+      "jobs/first/1/get/thing success",
+      "jobs/first/2/task/build success",
+      "jobs/second/1/get/thing success",
+      "jobs/second/2/task/use success",
+    ])
+  })
+
+  it("skips a job whose upstream failed, and unrelated jobs still run", async () => {
+    const { result, tasks, out } = await run(pipeline("exit 1"))
+    expect(result.status).toBe("failure")
+    expect(result.code).toBe(1)
+    expect(tasks).toContain("jobs/second/0/job/second skipped")
+    expect(tasks).toContain("jobs/unrelated/1/task/other success")
+    expect(tasks.some((task) => task.startsWith("jobs/second/1"))).toBe(false)
+    expect(out("jobs/second/0/job/second", "stderr")).toContain('job "first" failed')
+  })
+
+  it("skips a job whose webhook_trigger is false, and does not evaluate it on manual runs", async () => {
+    const source = `
+jobs:
+- name: deploy
+  webhook_trigger: eventType == 'push'
+  plan:
+  - ${sh("ship", "true")}
+- name: always
+  plan:
+  - ${sh("run", "true")}
+`
+    const webhook: WebhookRequest = {
+      provider: "github",
+      eventType: "issues",
+      method: "POST",
+      url: "/hook",
+      headers: { "X-GitHub-Event": "issues" },
+      query: {},
+      body: "{}",
+    }
+    const skipped = await run(source, { webhook })
+    expect(skipped.result.status).toBe("success")
+    expect(skipped.tasks).toEqual(["jobs/deploy/0/job/deploy skipped", "jobs/always/1/task/run success"])
+    const pushed = await run(source, { webhook: { ...webhook, eventType: "push" } })
+    expect(pushed.tasks).toContain("jobs/deploy/1/task/ship success")
+    const manual = await run(source)
+    expect(manual.tasks).toContain("jobs/deploy/1/task/ship success")
+  })
+})
+
+describe("artifacts and variables", () => {
+  it("passes outputs to later steps, with output_mapping and input_mapping", async () => {
+    const { result, tasks, out } = await run(
+      `
+jobs:
+- name: j
+  plan:
+  - task: make
+    output_mapping: {out: built}
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: busybox}}
+      outputs: [{name: out}]
+      run: {path: sh, args: [-c, "echo hello > out/greeting"]}
+  - task: read
+    input_mapping: {src: built}
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: busybox}}
+      inputs: [{name: src}, {name: extra, optional: true}]
+      run: {path: sh, args: [-c, "cat src/greeting; ls"], dir: .}
+  - task: missing
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: busybox}}
+      inputs: [{name: nowhere}]
+      run: {path: "true"}
+`,
+      { multiMount: true },
+    )
+    expect(tasks).toEqual(["jobs/j/1/task/make success", "jobs/j/2/task/read success", "jobs/j/3/task/missing error"])
+    expect(out("jobs/j/2/task/read")).toBe("hello\nsrc\n")
+    expect(result.status).toBe("error")
+    expect(result.message).toContain("missing inputs: nowhere")
+  })
+
+  it("loads a var from a file with load_var and uses it as ((.:name)), redacted", async () => {
+    const { result, out } = await run(`
+resources:
+- name: data
+  type: mock
+  source: {create_files: {"config.json": '{"tag": "v1.2.3"}'}}
+jobs:
+- name: j
+  plan:
+  - get: data
+  - load_var: cfg
+    file: data/config.json
+  - ${sh("show", 'echo "tag is $TAG"')}
+    params: {TAG: ((.:cfg.tag))}
+`)
+    expect(result.status).toBe("success")
+    expect(out("jobs/j/3/task/show")).toBe("tag is ***REDACTED***\n")
+  })
+
+  it("resolves ((secret)) from the run's secrets and redacts it", async () => {
+    const { result, out, observer } = await run(
+      `
+jobs:
+- name: j
+  plan:
+  - ${sh("use", 'echo "token=$TOKEN"; echo "$TOKEN" >&2')}
+    params: {TOKEN: ((api-token)), NESTED: {a: [1, 2]}}
+  - ${sh("nested", 'echo "$NESTED"')}
+    params: {NESTED: {a: [1, 2]}}
+`,
+      { secrets: { "api-token": "hunter2-value" } },
+    )
+    expect(result.status).toBe("success")
+    expect(out("jobs/j/1/task/use")).toBe("token=***REDACTED***\n")
+    expect(out("jobs/j/1/task/use", "stderr")).toBe("***REDACTED***\n")
+    expect(out("jobs/j/2/task/nested")).toBe('{"a":[1,2]}\n')
+    expect(observer.live.join("")).not.toContain("hunter2")
+  })
+
+  it("ends the run as error naming an undefined variable", async () => {
+    const { result, tasks, out } = await run(`
+var_sources:
+- name: vs
+  type: dummy
+  config: {vars: {greeting: hi}}
+jobs:
+- name: j
+  plan:
+  - ${sh("ok", 'echo "$G"')}
+    params: {G: ((vs:greeting))}
+  - ${sh("use", "true")}
+    params: {X: ((nope))}
+`)
+    expect(tasks).toEqual(["jobs/j/1/task/ok success", "jobs/j/2/task/use error"])
+    expect(out("jobs/j/1/task/ok")).toBe("***REDACTED***\n")
+    expect(result.status).toBe("error")
+    expect(result.code).toBe(1)
+    expect(result.message).toContain("((nope))")
+    expect(out("jobs/j/2/task/use", "stderr")).toContain("undefined variable ((nope))")
+  })
+
+  it("reads a task config from a file in an artifact, with vars", async () => {
+    const { result, out } = await run(
+      `
+jobs:
+- name: j
+  plan:
+  - task: write
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: busybox}}
+      outputs: [{name: ci}]
+      run:
+        path: sh
+        args:
+        - -c
+        - |
+          o='(' c=')'
+          cat > ci/task.yml <<END
+          platform: linux
+          image_resource: {type: registry-image, source: {repository: busybox}}
+          params: {WHO: $o\${o}who$c$c}
+          run: {path: sh, args: [-c, 'echo "hello \\$WHO"']}
+          END
+  - task: greet
+    file: ci/task.yml
+    vars: {who: world}
+`,
+      { multiMount: true },
+    )
+    expect(result.tasks.map((task) => `${task.path} ${task.status}`)).toEqual([
+      "jobs/j/1/task/write success",
+      "jobs/j/2/task/greet success",
+    ])
+    expect(out("jobs/j/2/task/greet")).toBe("hello world\n")
+  })
+})
+
+describe("resources", () => {
+  it("gets and puts a mock resource, records versions, and a later run sees them", async () => {
+    const versions = memoryVersions()
+    const source = (putVersion: string) => `
+resources:
+- name: thing
+  type: mock
+  source: {initial_version: first, metadata: [{name: built-by, value: runnel}]}
+jobs:
+- name: j
+  plan:
+  - get: thing
+  - put: thing
+    params: {version: ${putVersion}, print_metadata: true}
+`
+    const first = await run(source("v2"), { versions })
+    expect(first.result.status).toBe("success")
+    expect(first.tasks).toEqual([
+      "jobs/j/1/get/thing success",
+      "jobs/j/2/put/thing success",
+      "jobs/j/3/get/thing success",
+    ])
+    expect(first.out("jobs/j/2/put/thing")).toBe("pushing version: v2\nbuilt-by: runnel\n")
+    expect(versions.history("thing").map((entry) => entry.version)).toEqual([
+      { version: "first" },
+      { version: "v2" },
+      { version: "v2" },
+    ])
+    const second = await run(
+      `
+resources:
+- name: thing
+  type: mock
+  source: {initial_version: first}
+jobs:
+- name: j
+  plan:
+  - get: thing
+  - task: show
+    config:
+      platform: linux
+      image_resource: {type: mock, source: {mirror_self: true}}
+      inputs: [{name: thing}]
+      run: {path: cat, args: [thing/version]}
+`,
+      { versions, multiMount: true },
+    )
+    expect(second.result.status).toBe("success")
+    expect(second.out("jobs/j/2/task/show")).toBe("v2\n")
+  })
+
+  it("makes set_pipeline an error without the server, and calls it with the server", async () => {
+    const source = `
+jobs:
+- name: j
+  plan:
+  - task: write
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: busybox}}
+      outputs: [{name: ci}]
+      run:
+        path: sh
+        args:
+        - -c
+        - |
+          o='(' c=')'
+          echo "jobs: [{name: x, plan: [{task: t, file: $o\${o}f$c$c}]}] # $o\${o}keep$c$c" > ci/p.yml
+  - set_pipeline: self
+    file: ci/p.yml
+    vars: {f: a/b.yml}
+`
+    const runner = await run(source, { multiMount: true })
+    expect(runner.tasks).toEqual(["jobs/j/1/task/write success", "jobs/j/2/set_pipeline/self error"])
+    expect(runner.result.status).toBe("error")
+    expect(runner.result.message).toContain("set_pipeline needs the server")
+    const stored: [string, string][] = []
+    const server = await run(source, {
+      multiMount: true,
+      setPipeline: async (name, yaml) => {
+        stored.push([name, yaml])
+      },
+    })
+    expect(server.result.status).toBe("success")
+    expect(stored).toEqual([["yaml-test", "jobs: [{name: x, plan: [{task: t, file: a/b.yml}]}] # ((keep))\n"]])
+  })
+})

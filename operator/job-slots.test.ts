@@ -1,0 +1,60 @@
+import { describe, expect, it } from "vitest"
+import { JobSlots } from "./job-slots.ts"
+
+const tick = () => new Promise((resolve) => setImmediate(resolve))
+
+describe("job slots", () => {
+  it("lets one build of a serial job run at a time, in arrival order", async () => {
+    const slots = new JobSlots()
+    const order: string[] = []
+    const first = await slots.acquire("p", "deploy", { serial: true, serialGroups: [] })
+    const second = slots.acquire("p", "deploy", { serial: true, serialGroups: [] }).then((release) => {
+      order.push("second")
+      return release
+    })
+    const third = slots.acquire("p", "deploy", { serial: true, serialGroups: [] }).then((release) => {
+      order.push("third")
+      return release
+    })
+    await tick()
+    expect(order).toEqual([])
+    first()
+    ;(await second)()
+    ;(await third)()
+    expect(order).toEqual(["second", "third"])
+  })
+
+  it("admits max_in_flight builds at once, and keeps other jobs and pipelines apart", async () => {
+    const slots = new JobSlots()
+    const limit = { serial: false, serialGroups: [], maxInFlight: 2 }
+    const a = await slots.acquire("p", "test", limit)
+    await slots.acquire("p", "test", limit)
+    let third = false
+    const waiting = slots.acquire("p", "test", limit).then(() => {
+      third = true
+    })
+    await slots.acquire("p", "other", limit)
+    await slots.acquire("q", "test", limit)
+    await tick()
+    expect(third).toBe(false)
+    a()
+    await waiting
+    expect(third).toBe(true)
+  })
+
+  it("runs one job of a serial group at a time, and a job without limits at once", async () => {
+    const slots = new JobSlots()
+    const release = await slots.acquire("p", "a", { serial: false, serialGroups: ["deploys"] })
+    let b = false
+    const waiting = slots.acquire("p", "b", { serial: false, serialGroups: ["deploys"] }).then(() => {
+      b = true
+    })
+    await slots.acquire("p", "free", { serial: false, serialGroups: [] })
+    await tick()
+    expect(b).toBe(false)
+    release()
+    release()
+    await waiting
+    expect(b).toBe(true)
+  })
+})
