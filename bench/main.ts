@@ -22,6 +22,7 @@ import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
 import { runListBench } from "./run-list.ts"
 import { runWebhookBench } from "./webhooks.ts"
+import { runYamlBench } from "./yaml.ts"
 
 const reps = Number(process.env.BENCH_REPS ?? 3)
 const time = async (work: () => Promise<unknown>) => {
@@ -171,6 +172,7 @@ try {
   await sandboxStart()
   await taskOverhead(docker, driver, store)
   logThroughput()
+  await runYamlBench(line, driver, store, reps)
   await runOperatorBench(line)
   await runApiBench(line, reps)
   await runListBench(line)
