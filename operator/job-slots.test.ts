@@ -58,3 +58,35 @@ describe("job slots", () => {
     expect(b).toBe(true)
   })
 })
+
+describe("job slots on a stop", () => {
+  it("gives up a wait whose signal aborts, and lets the next waiter in", async () => {
+    const slots = new JobSlots()
+    const first = await slots.acquire("p", "deploy", { serial: true, serialGroups: ["g"] })
+    const stop = new AbortController()
+    const stopped = slots.acquire("p", "deploy", { serial: true, serialGroups: ["g"] }, stop.signal)
+    let next = false
+    const waiting = slots.acquire("p", "deploy", { serial: true, serialGroups: ["g"] }).then(() => {
+      next = true
+    })
+    stop.abort(new Error("run stopped"))
+    await expect(stopped).rejects.toThrow("run stopped")
+    first()
+    await waiting
+    expect(next).toBe(true)
+  })
+
+  it("admits a pipeline's runs up to its max_in_flight", async () => {
+    const slots = new JobSlots()
+    const one = await slots.acquireRun("p", 1)
+    let second = false
+    const waiting = slots.acquireRun("p", 1).then(() => {
+      second = true
+    })
+    await tick()
+    expect(second).toBe(false)
+    one()
+    await waiting
+    expect(second).toBe(true)
+  })
+})

@@ -1,35 +1,56 @@
+type Slot = { used: number; waiters: { grant: () => void }[] }
+
 /**
- * Concurrent builds of YAML jobs across the runs of a pipeline, as Concourse
- * limits them: `serial` (one at a time), `max_in_flight` (N at a time) and
- * `serial_groups` (one at a time among all jobs of the group). One operator
- * process runs all runs (ARCHITECTURE.md), so counting in memory is enough.
- * Waiters are served in arrival order; slots are taken in one global key
- * order, so two jobs waiting on overlapping groups never hold one each.
+ * Concurrent runs and job builds of YAML pipelines, as Concourse limits them:
+ * a job's `serial` (one at a time), `max_in_flight` (N at a time) and
+ * `serial_groups` (one at a time among all jobs of the group), and the
+ * pipeline's top-level `max_in_flight` (runs at a time). One operator process
+ * runs all runs (ARCHITECTURE.md), so counting in memory is enough. Waiters
+ * are served in arrival order; slots are taken in one global key order, so
+ * two jobs waiting on overlapping groups never hold one each. A wait whose
+ * signal aborts gives back what it took and rejects with the signal's reason.
  */
 export class JobSlots {
-  readonly #slots = new Map<string, { used: number; waiters: (() => void)[] }>()
+  readonly #slots = new Map<string, Slot>()
 
   /** Resolves with a release function once the job of `pipeline` may start. */
-  async acquire(
+  acquire(
     pipeline: string,
     job: string,
     limit: { serial: boolean; serialGroups: readonly string[]; maxInFlight?: number },
+    signal?: AbortSignal,
   ): Promise<() => void> {
     const wanted = new Map<string, number>()
     const perJob = limit.serial ? 1 : limit.maxInFlight
     if (perJob !== undefined) wanted.set(`${pipeline}\u0000job\u0000${job}`, perJob)
     for (const group of limit.serialGroups) wanted.set(`${pipeline}\u0000group\u0000${group}`, 1)
-    const keys = [...wanted.keys()].sort()
-    for (const key of keys) await this.#take(key, wanted.get(key) ?? 1)
-    let released = false
-    return () => {
-      if (released) return
-      released = true
-      for (const key of keys) this.#give(key)
-    }
+    return this.#take(wanted, signal)
   }
 
-  async #take(key: string, limit: number): Promise<void> {
+  /** Resolves with a release function once a run of `pipeline` may start under its `max_in_flight`. */
+  acquireRun(pipeline: string, maxInFlight: number, signal?: AbortSignal): Promise<() => void> {
+    return this.#take(new Map([[`${pipeline}\u0000run`, maxInFlight]]), signal)
+  }
+
+  async #take(wanted: ReadonlyMap<string, number>, signal: AbortSignal | undefined): Promise<() => void> {
+    const taken: string[] = []
+    const release = () => {
+      for (const key of taken.splice(0)) this.#give(key)
+    }
+    try {
+      for (const key of [...wanted.keys()].sort()) {
+        await this.#takeOne(key, wanted.get(key) ?? 1, signal)
+        taken.push(key)
+      }
+    } catch (error) {
+      release()
+      throw error
+    }
+    return release
+  }
+
+  #takeOne(key: string, limit: number, signal: AbortSignal | undefined): Promise<void> {
+    signal?.throwIfAborted()
     let slot = this.#slots.get(key)
     if (slot === undefined) {
       slot = { used: 0, waiters: [] }
@@ -37,14 +58,24 @@ export class JobSlots {
     }
     if (slot.used < limit && slot.waiters.length === 0) {
       slot.used++
-      return
+      return Promise.resolve()
     }
-    const { promise, resolve } = Promise.withResolvers<void>()
-    slot.waiters.push(() => {
-      if (slot !== undefined) slot.used++
-      resolve()
+    const waiting = slot
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        waiting.waiters.splice(waiting.waiters.indexOf(waiter), 1)
+        reject(signal?.reason)
+      }
+      const waiter = {
+        grant: () => {
+          signal?.removeEventListener("abort", onAbort)
+          waiting.used++
+          resolve()
+        },
+      }
+      waiting.waiters.push(waiter)
+      signal?.addEventListener("abort", onAbort, { once: true })
     })
-    await promise
   }
 
   #give(key: string): void {
@@ -52,7 +83,7 @@ export class JobSlots {
     if (slot === undefined) return
     slot.used--
     const next = slot.waiters.shift()
-    if (next !== undefined) next()
+    if (next !== undefined) next.grant()
     else if (slot.used === 0) this.#slots.delete(key)
   }
 }

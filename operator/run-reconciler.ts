@@ -373,7 +373,8 @@ export class RunReconciler {
               mockImage: this.#options.mockImage,
               versions: pipelineVersions(client, () => this.#options.pipelines.get(pipelineName), pipelineName, name),
               setPipeline: (target, yaml) => client.setPipeline(target === "self" ? pipelineName : target, yaml),
-              jobSlot: (job, limit) => this.#jobSlots.acquire(pipelineUid, job, limit),
+              jobSlot: (job, limit, slotSignal) => this.#jobSlots.acquire(pipelineUid, job, limit, slotSignal),
+              runSlot: (limit, slotSignal) => this.#jobSlots.acquireRun(pipelineUid, limit, slotSignal),
             },
             signal,
           )

@@ -142,6 +142,22 @@ export function driverContract(name: string, make: () => Driver, options: Driver
       expect(output.out()).toBe("from-first\n")
     })
 
+    it("mounts volumes below the workDir, as Concourse mounts a task's inputs and outputs", async () => {
+      const { run } = await openRun()
+      const [input, output] = [await run.createVolume("input"), await run.createVolume("output")]
+      await run.exec(inVolume("echo from-earlier > file", input), collect(), never)
+      const build = shell("cat in/file; echo built > out/result; ls", {
+        mounts: { "/tmp/build/t/in": input, "/tmp/build/t/out": output },
+        workDir: "/tmp/build/t",
+      })
+      const built = collect()
+      expect(await run.exec(build, built, never)).toEqual({ code: 0, timedOut: false })
+      expect(built.out()).toBe("from-earlier\nin\nout\n")
+      const later = collect()
+      await run.exec(shell("cat result", { mounts: { "/elsewhere": output }, workDir: "/elsewhere" }), later, never)
+      expect(later.out()).toBe("built\n")
+    })
+
     it("runs concurrent tasks at the same time", async () => {
       const { run } = await openRun()
       const shared = await run.createVolume("rendezvous")

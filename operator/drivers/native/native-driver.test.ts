@@ -120,14 +120,54 @@ describe("native driver", () => {
     expect(output.out()).toBe(`/opt/tools:${path}\n`)
   })
 
-  it("runs in the run directory, or below it for a workDir outside every volume", async () => {
+  it("runs each task in a root of its own, below its workDir, and removes the root when the task ends", async () => {
     const { run } = await openRun("cwd-run")
-    const home = collect()
-    await run.exec(shell("pwd"), home, never)
-    expect(home.out()).toMatch(new RegExp(`^${workRoot}/cwd-run-[0-9a-f]+\\n$`))
+    const top = collect()
+    await run.exec(shell("pwd; echo scratch > note", { name: "first" }), top, never)
+    expect(top.out()).toMatch(new RegExp(`^${workRoot}/cwd-run-[0-9a-f]+/tasks/1-first\\n$`))
     const deep = collect()
-    await run.exec(shell("pwd", { workDir: "/src/app/" }), deep, never)
-    expect(deep.out()).toBe(`${home.out().trim()}/src/app\n`)
+    await run.exec(shell("pwd; ls ../..", { name: "second", workDir: "/src/app/" }), deep, never)
+    expect(deep.out()).toBe(
+      `${top
+        .out()
+        .trim()
+        .replace(/1-first$/, "2-second")}/src/app\nsrc\n`,
+    )
+    const runDir = top
+      .out()
+      .trim()
+      .replace(/\/tasks\/1-first$/, "")
+    expect(await readdir(join(runDir, "tasks"))).toEqual([])
+  })
+
+  it("links each mount into the task's root, so a workDir beside a mount reaches it by a relative path", async () => {
+    const { run } = await openRun()
+    const input = await run.createVolume("in")
+    await run.exec(shell("echo shared > file", { mounts: { "/in": input }, workDir: "/in" }), collect(), never)
+    const output = collect()
+    const task = shell("cat ../in/file; ls ..", { mounts: { "/build/in": input }, workDir: "/build/src" })
+    expect(await run.exec(task, output, never)).toEqual({ code: 0, timedOut: false })
+    expect(output.out()).toBe("shared\nin\nsrc\n")
+  })
+
+  it("refuses a mount inside another mount, naming both, and writes nothing into either volume", async () => {
+    const { run } = await openRun()
+    const [outer, inner] = [await run.createVolume("outer"), await run.createVolume("inner")]
+    const task = shell("true", { mounts: { "/a": outer, "/a/b/": inner }, workDir: "/a" })
+    const exec = run.exec(task, collect(), never)
+    await expect(exec).rejects.toBeInstanceOf(SystemError)
+    await expect(exec).rejects.toThrow(`mounts "/a/b" inside "/a", which the native driver cannot do`)
+    const output = collect()
+    await run.exec(shell("ls", { mounts: { "/a": outer }, workDir: "/a" }), output, never)
+    expect(output.out()).toBe("")
+  })
+
+  it("writes an absolute path on the host, as it is: only the working directory is mapped", async () => {
+    const { run } = await openRun()
+    const target = join(workRoot, "absolute.txt")
+    onTestFinished(() => rm(target, { force: true }))
+    await run.exec(shell(`echo host > ${target}`, { workDir: "/anywhere" }), collect(), never)
+    expect(await readFile(target, "utf8")).toBe("host\n")
   })
 
   it("runs a workDir below a mount inside that volume's directory", async () => {

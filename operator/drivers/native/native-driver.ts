@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
-import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises"
+import { mkdir, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises"
 import { constants } from "node:os"
-import { join, posix } from "node:path"
+import { dirname, join, posix, resolve } from "node:path"
 import { SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
@@ -36,9 +36,30 @@ const cachesDir = "caches"
 
 /**
  * Runs each task as a local process: no isolation, for machines without
- * Docker and for fast feedback. The image is ignored. A mount is reachable
- * only as the task's workDir (or below it), since a process cannot see a
- * path like `/shared`.
+ * Docker and for fast feedback. The image is ignored.
+ *
+ * A task's container paths (its mounts and workDir) are mapped into a root
+ * directory of its own, `<run dir>/tasks/<n>-<name>`, made when the task
+ * starts and removed when it ends:
+ * - each mount is a symlink at root + mount path to its volume's directory;
+ * - the task runs in root + workDir (root itself without a workDir), made when
+ *   missing. A workDir at or below a mount is that place in the volume's
+ *   directory itself, so what a task writes there stays in the volume.
+ * So `/tmp/build/x` with inputs at `/tmp/build/x/in` and `/tmp/build/x/out`
+ * sees `in/` and `out/`, as Concourse tasks expect. What the task writes
+ * outside its mounts goes with its root, as a container's filesystem would.
+ *
+ * Beware, since this is not a container:
+ * - Only the working directory is mapped. Absolute paths in the command, its
+ *   arguments and env are not rewritten: a task writing `/data/x` writes the
+ *   host's `/data/x` (as it always has), and reaches a mount only through a
+ *   path relative to its working directory.
+ * - A mount is a symlink, and the kernel resolves `..` physically: `..` from
+ *   inside a mount leads to the run's volumes directory, not to the mount's
+ *   parent. `in/file` works; `../in/file` from inside another mount does not.
+ * - A mount inside another mount is refused: its link would have to be written
+ *   into the outer volume, which other tasks share.
+ * - HOME is the run directory, shared by the run's tasks.
  */
 export function nativeDriverFactory(defaults: NativeDefaults): DriverFactory {
   return {
@@ -56,10 +77,12 @@ class NativeDriver implements Driver {
   }
 
   async open(runId: string): Promise<RunDriver> {
-    const runDir = join(this.#defaults.workRoot, `${safeName(runId)}-${randomBytes(4).toString("hex")}`)
+    // Absolute, since a task's links name volume directories and a relative link target would be read from the link's directory.
+    const workRoot = resolve(this.#defaults.workRoot)
+    const runDir = join(workRoot, `${safeName(runId)}-${randomBytes(4).toString("hex")}`)
     await mkdir(join(runDir, "volumes"), { recursive: true })
     await writeFile(join(runDir, ownerFile), processOwner)
-    return new NativeRun(runDir, join(this.#defaults.workRoot, cachesDir), this.#defaults.path)
+    return new NativeRun(runDir, join(workRoot, cachesDir), this.#defaults.path)
   }
 
   async removeLeftovers(): Promise<void> {
@@ -87,6 +110,8 @@ class NativeRun implements RunDriver {
   readonly #running = new Map<ChildProcess, Promise<unknown>>()
   /** Volume name (or cache key) to its directory and whether it is a cache. */
   readonly #volumes = new Map<string, { readonly dir: string; readonly cache: boolean }>()
+  /** Tasks started, to name each task's root. */
+  #tasks = 0
   #closing: Promise<void> | undefined
 
   constructor(runDir: string, cachesDir: string, path: string) {
@@ -98,11 +123,28 @@ class NativeRun implements RunDriver {
   async exec(task: TaskSpec, output: TaskOutput, signal: AbortSignal): Promise<TaskExit> {
     signal.throwIfAborted()
     this.#assertOpen(task)
-    for (const volume of Object.values(task.mounts)) this.#volumeDir(task, volume)
-    const cwd = this.#workDir(task)
-    await mkdir(cwd, { recursive: true })
-    signal.throwIfAborted()
-    this.#assertOpen(task)
+    const root = join(this.#runDir, "tasks", `${++this.#tasks}-${safeName(task.name)}`)
+    const { links, cwd } = this.#layout(task, root)
+    try {
+      await mkdir(root, { recursive: true })
+      for (const { link, dir } of links) {
+        await mkdir(dirname(link), { recursive: true })
+        await symlink(dir, link)
+      }
+      await mkdir(cwd, { recursive: true })
+      signal.throwIfAborted()
+      this.#assertOpen(task)
+      return await this.#spawn(task, cwd, output, signal)
+    } finally {
+      // rm() never follows a link, so the volumes stay. Should it fail, close() removes the run directory.
+      await rm(root, { recursive: true, force: true }).catch(() => {})
+      // A close() while the root was being made may have run before mkdir() made the run directory again.
+      if (this.#closing !== undefined)
+        await this.#closing.then(() => rm(this.#runDir, { recursive: true, force: true }))
+    }
+  }
+
+  async #spawn(task: TaskSpec, cwd: string, output: TaskOutput, signal: AbortSignal): Promise<TaskExit> {
     const env = { PATH: this.#path, HOME: this.#runDir, ...task.env }
     // detached: the task leads its own process group, so killing -pid also kills what it started.
     const child = spawn(task.command.path, task.command.args, {
@@ -173,18 +215,29 @@ class NativeRun implements RunDriver {
     if (this.#closing !== undefined) throw new SystemError(`task "${task.path}" was started after its run was closed`)
   }
 
-  /** A workDir inside a mount is the same place inside that volume's directory; any other is made in the run directory. */
-  #workDir(task: TaskSpec): string {
-    if (task.workDir === undefined) return this.#runDir
-    const workDir = posix.normalize(posix.join("/", task.workDir))
-    let best: { mountPath: string; volume: Volume } | undefined
-    for (const [path, volume] of Object.entries(task.mounts)) {
-      const mountPath = posix.normalize(posix.join("/", path)).replace(/(.)\/$/, "$1")
-      const inside = workDir === mountPath || workDir.startsWith(mountPath === "/" ? "/" : `${mountPath}/`)
-      if (inside && (best === undefined || mountPath.length > best.mountPath.length)) best = { mountPath, volume }
+  /**
+   * The links to make in the task's `root` (each to its volume's directory) and the task's working
+   * directory; see the driver's comment. Checks the mounts before the task touches the disk.
+   */
+  #layout(task: TaskSpec, root: string): { links: { link: string; dir: string }[]; cwd: string } {
+    const mounts = Object.entries(task.mounts)
+      .map(([path, volume]) => ({ path: containerPath(path), dir: this.#volumeDir(task, volume) }))
+      .sort((a, b) => a.path.length - b.path.length)
+    mounts.forEach((inner, i) => {
+      const outer = mounts.slice(0, i).find((mount) => within(inner.path, mount.path))
+      if (outer !== undefined) {
+        throw new SystemError(
+          `task "${task.path}" mounts "${inner.path}" inside "${outer.path}", which the native driver cannot do without writing into the outer volume; mount them side by side, or run with --driver docker`,
+        )
+      }
+    })
+    const workDir = containerPath(task.workDir ?? "/")
+    const holder = mounts.find((mount) => within(workDir, mount.path))
+    return {
+      // A mount at "/" is the task's only mount (any other would be inside it), and holds the workDir.
+      links: mounts.filter((mount) => mount.path !== "/").map(({ path, dir }) => ({ link: join(root, path), dir })),
+      cwd: holder === undefined ? join(root, workDir) : join(holder.dir, posix.relative(holder.path, workDir)),
     }
-    if (best === undefined) return join(this.#runDir, workDir)
-    return join(this.#volumeDir(task, best.volume), posix.relative(best.mountPath, workDir))
   }
 
   #volumeDir(task: TaskSpec, volume: Volume): string {
@@ -194,6 +247,16 @@ class NativeRun implements RunDriver {
     }
     return dir
   }
+}
+
+/** An absolute, normalized container path without a trailing slash: `a/b/` and `/a//b` are `/a/b`. */
+function containerPath(path: string): string {
+  return posix.normalize(posix.join("/", path)).replace(/(.)\/$/, "$1")
+}
+
+/** Whether container path `path` is `parent` or lies below it. */
+function within(path: string, parent: string): boolean {
+  return path === parent || path.startsWith(parent === "/" ? "/" : `${parent}/`)
 }
 
 function killGroup(child: ChildProcess): void {

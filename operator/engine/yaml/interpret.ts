@@ -63,7 +63,14 @@ export async function runYamlPipeline(run: YamlRun, deps: YamlDeps, signal: Abor
       signal: controller.signal,
       jobVersions: new Map(),
     }
-    settled = settle(await runJobs(shared), controller.signal)
+    // The pipeline's own max_in_flight: its runs beyond it wait here for one to end.
+    const release =
+      pipeline.maxInFlight === undefined ? undefined : await deps.runSlot?.(pipeline.maxInFlight, controller.signal)
+    try {
+      settled = settle(await runJobs(shared), controller.signal)
+    } finally {
+      release?.()
+    }
   } catch (error) {
     settled = controller.signal.aborted
       ? { status: "aborted", message: errorMessage(controller.signal.reason) }

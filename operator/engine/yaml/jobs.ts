@@ -77,12 +77,13 @@ async function runJob(shared: RunShared, job: Job): Promise<JobOutcome> {
   let release: (() => void) | undefined
   if (shared.deps.jobSlot !== undefined) {
     try {
-      release = await untilAborted(
-        shared.deps.jobSlot(job.name, {
+      release = await shared.deps.jobSlot(
+        job.name,
+        {
           serial: job.serial,
           serialGroups: job.serialGroups,
           ...(job.maxInFlight === undefined ? {} : { maxInFlight: job.maxInFlight }),
-        }),
+        },
         shared.signal,
       )
     } catch (error) {
@@ -108,32 +109,6 @@ async function runJob(shared: RunShared, job: Job): Promise<JobOutcome> {
   } finally {
     release?.()
   }
-}
-
-/** Resolves with the slot, or rejects on abort (the slot, when it comes later, is released at once). */
-function untilAborted<T extends () => void>(slot: Promise<T>, signal: AbortSignal): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      slot.then(
-        (release) => release(),
-        () => {},
-      )
-      reject(signal.reason)
-    }
-    if (signal.aborted) return onAbort()
-    signal.addEventListener("abort", onAbort, { once: true })
-    slot.then(
-      (release) => {
-        signal.removeEventListener("abort", onAbort)
-        if (signal.aborted) release()
-        else resolve(release)
-      },
-      (error: unknown) => {
-        signal.removeEventListener("abort", onAbort)
-        reject(error)
-      },
-    )
-  })
 }
 
 /** The jobs named in `passed:` anywhere in the job's plan and hooks. */

@@ -33,6 +33,14 @@ export type YamlDeps = EngineDeps & {
   readonly versions: ResourceVersions
   /** Stores a pipeline (set_pipeline); undefined in `runnel runner`, where set_pipeline is an error. */
   readonly setPipeline?: (name: string, yaml: string) => Promise<void>
-  /** Waits until the job may start under its limits across runs; resolves with the release. Undefined: no limit. */
-  readonly jobSlot?: (job: string, limit: JobLimit) => Promise<() => void>
+  /**
+   * Waits until a run of this pipeline may start under its top-level `max_in_flight` (rejecting when
+   * `signal` aborts first); resolves with the release. Undefined: no limit.
+   */
+  readonly runSlot?: (limit: number, signal: AbortSignal) => Promise<() => void>
+  /**
+   * Waits until the job may start under its limits across runs (rejecting when `signal` aborts first,
+   * having given back what it took); resolves with the release. Undefined: no limit.
+   */
+  readonly jobSlot?: (job: string, limit: JobLimit, signal: AbortSignal) => Promise<() => void>
 }
