@@ -1,7 +1,7 @@
-import { randomBytes } from "node:crypto"
+import { createHash, randomBytes } from "node:crypto"
 import { mkdtemp, readFile, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
-import { basename, extname, join } from "node:path"
+import { basename, extname, join, resolve } from "node:path"
 import type { Command } from "commander"
 import { type FlagSpec, parseKeyValues, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
 import { parseDuration } from "../lib/core/duration.ts"
@@ -77,7 +77,8 @@ async function runner(file: string, args: string[], options: Record<string, unkn
   try {
     const run = {
       runId: `local-${randomBytes(4).toString("hex")}`,
-      pipelineId: "local",
+      // Per file, so that two pipeline files do not share caches (their keys start with the pipeline id).
+      pipelineId: localPipelineId(file),
       pipelineName: basename(file, extname(file)),
       source,
       triggeredBy: "manual" as const,
@@ -109,6 +110,11 @@ async function runner(file: string, args: string[], options: Record<string, unkn
     await driver.close()
     if (scratch !== undefined) await rm(scratch, { recursive: true, force: true })
   }
+}
+
+/** `local-` and a short hash of the file's absolute path: stable across runs of one file. */
+export function localPipelineId(file: string): string {
+  return `local-${createHash("sha256").update(resolve(file)).digest("hex").slice(0, 8)}`
 }
 
 /** By the extension, else by the content (contract.md section 4). */
