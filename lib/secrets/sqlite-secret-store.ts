@@ -2,6 +2,7 @@ import { createCipheriv, createDecipheriv, createHash, randomBytes, randomUUID }
 import { chmodSync, closeSync, fsyncSync, linkSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs"
 import { DatabaseSync, type StatementSync } from "node:sqlite"
 import { badRequest, errorMessage, RunnelError, SystemError } from "../core/errors.ts"
+import { createKeyFile, keyBytes, readKeyFile } from "../core/key-file.ts"
 import { assertSecretEntry, assertSecretScope, type SecretStore } from "./secret-store.ts"
 
 export type SqliteSecretStoreOptions = {
@@ -37,11 +38,10 @@ const migrations: readonly string[] = [
 ]
 
 const busyTimeoutMs = 5_000
-const keyBytes = 32
 const ivBytes = 12
 const tagBytes = 16
 /** A key file holds the key in base64 (44 characters), so that it can be copied into a Kubernetes Secret as is. */
-const keyFilePattern = /^[A-Za-z0-9+/]{43}=$/
+const keyFileWhat = (file: string) => `the secrets key file "${file}"`
 const keyCheckText = "runnel secret store key check"
 const keyCheckAad = Buffer.from("runnel:key-check")
 
@@ -140,70 +140,14 @@ function chooseKey(db: DatabaseSync, options: SqliteSecretStoreOptions): { key: 
   }
   if (path === ":memory:" && options.keyFile === undefined) return { key: randomBytes(keyBytes), source: "memory" }
   const keyFile = options.keyFile ?? `${path}.key`
-  const existing = readKeyFile(keyFile)
+  const existing = readKeyFile(keyFile, keyFileWhat)
   if (existing !== undefined) return { key: existing, source: "key-file" }
   if (stored !== undefined) {
     throw mismatch(
       `the secret store "${path}" was created with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt the stored secrets)`,
     )
   }
-  return { key: createKeyFile(keyFile), source: "key-file" }
-}
-
-function readKeyFile(file: string): Buffer | undefined {
-  let text: string
-  try {
-    text = readFileSync(file, "utf8").trim()
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined
-    throw new SystemError(`cannot read the secrets key file "${file}": ${errorMessage(error)}`, { cause: error })
-  }
-  // Never quote the file's content: it is the key, or something close to it.
-  if (!keyFilePattern.test(text)) {
-    throw new RunnelError(
-      500,
-      "secrets_key_invalid",
-      `the secrets key file "${file}" does not hold a key: it must hold ${keyBytes} random bytes in base64`,
-    )
-  }
-  return Buffer.from(text, "base64")
-}
-
-/**
- * Writes a new random key to `file`, readable by its owner alone. The key is
- * written to a temporary file first and linked into place, which fails if the
- * file exists: of two processes creating it at once, one wins and the other
- * reads the winner's key, never a half-written file.
- */
-function createKeyFile(file: string): Buffer {
-  const key = randomBytes(keyBytes)
-  const temp = `${file}.${randomUUID()}.tmp`
-  try {
-    const fd = openSync(temp, "wx", 0o600)
-    try {
-      writeSync(fd, `${key.toString("base64")}\n`)
-      fsyncSync(fd)
-    } finally {
-      closeSync(fd)
-    }
-    // The umask only takes permissions away, but a filesystem may ignore the mode given to open().
-    chmodSync(temp, 0o600)
-    linkSync(temp, file)
-    return key
-  } catch (error) {
-    key.fill(0)
-    if ((error as NodeJS.ErrnoException).code === "EEXIST") {
-      const winner = readKeyFile(file)
-      if (winner !== undefined) return winner
-    }
-    throw new SystemError(`cannot create the secrets key file "${file}": ${errorMessage(error)}`, { cause: error })
-  } finally {
-    try {
-      unlinkSync(temp)
-    } catch {
-      // Never created, or already gone.
-    }
-  }
+  return { key: createKeyFile(keyFile, keyFileWhat), source: "key-file" }
 }
 
 /**

@@ -1,9 +1,12 @@
 import { randomBytes } from "node:crypto"
 import type { StatementSync } from "node:sqlite"
 import { DatabaseSync } from "node:sqlite"
+import { createKeyFile, keyBytes, readKeyFile } from "../../core/key-file.ts"
 import type { KubeObject } from "./object-meta.ts"
 import { secretType, storageResource } from "./resource-types.ts"
-import { createKeyFile, keyBytes, readKeyFile, SecretCipher } from "./secret-encryption.ts"
+import { SecretCipher } from "./secret-encryption.ts"
+
+const keyFileWhat = (file: string) => `the key file "${file}" of the embedded Kubernetes API`
 
 export type EventType = "ADDED" | "MODIFIED" | "DELETED"
 
@@ -519,13 +522,13 @@ function openCipher(db: DatabaseSync, options: SqliteObjectStoreOptions): Secret
   } else {
     const keyFile = `${location}.key`
     source = `the key file "${keyFile}"`
-    const read = readKeyFile(keyFile)
+    const read = readKeyFile(keyFile, keyFileWhat)
     if (read !== undefined) key = read
     else if (existing !== undefined)
       throw new Error(
         `cannot open the embedded Kubernetes API database "${location}": its Secrets are encrypted with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt them)`,
       )
-    else key = createKeyFile(keyFile)
+    else key = createKeyFile(keyFile, keyFileWhat)
   }
   const cipher = new SecretCipher(key)
   let sealed = existing

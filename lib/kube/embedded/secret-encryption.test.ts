@@ -4,13 +4,14 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
 import { afterEach, describe, expect, it } from "vitest"
+import { createKeyFile } from "../../core/key-file.ts"
 import { createEmbeddedApi } from "./embedded-api.ts"
 import type { RunningApi } from "./embedded-api-fixture.ts"
 import { startEmbeddedApi, testCrds } from "./embedded-api-fixture.ts"
 import type { KubeObject } from "./object-meta.ts"
 import { SqliteObjectStore } from "./object-store.ts"
 import { secretType } from "./resource-types.ts"
-import { createKeyFile, SecretCipher } from "./secret-encryption.ts"
+import { SecretCipher } from "./secret-encryption.ts"
 
 const b64 = (text: string) => Buffer.from(text).toString("base64")
 const secrets = "/api/v1/namespaces/default/secrets"
@@ -271,8 +272,8 @@ describe("encryption at rest of Secrets", () => {
     expect(() => new SecretCipher(randomBytes(16))).toThrow("must be 32 bytes")
 
     const file = join(tempDir(), "kube.db.key")
-    const first = createKeyFile(file)
-    expect(createKeyFile(file).equals(first)).toBe(true)
+    const first = createKeyFile(file, (path) => `the key file "${path}"`)
+    expect(createKeyFile(file, (path) => `the key file "${path}"`).equals(first)).toBe(true)
   })
 
   it("uses a random key for an in-memory database", () => {
