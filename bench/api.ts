@@ -1,7 +1,6 @@
 // The API server's cost per run: a no-op script pipeline run over HTTP (POST /api/pipelines/:name/run,
 // following its SSE stream to the exit event), at concurrency 1 and 8, against the floor of a bare
 // node:http server that inserts one SQLite row per request, measured in the same run.
-import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
@@ -10,29 +9,7 @@ import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
 import { median } from "./median.ts"
 import type { BenchLine } from "./operator.ts"
-
-const runnelBin = join(import.meta.dirname, "..", "bin", "runnel")
-
-async function startRunnel(dir: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(
-    runnelBin,
-    ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(dir, "runnel.db")],
-    {
-      stdio: ["ignore", "pipe", "ignore"],
-    },
-  )
-  const url = await new Promise<string>((resolve, reject) => {
-    let seen = ""
-    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
-      seen += text
-      const match = /listening on (http:\/\/\S+)/.exec(seen)
-      if (match?.[1] !== undefined) resolve(match[1])
-    })
-    child.on("exit", (code) => reject(new Error(`runnel server exited ${code}`)))
-  })
-  child.stdout?.resume()
-  return { url, child }
-}
+import { startRunnelServer } from "./runnel-server.ts"
 
 function startFloor(dir: string): Promise<Server> {
   const db = new DatabaseSync(join(dir, "floor.db"))
@@ -78,7 +55,7 @@ async function concurrently(count: number, once: () => Promise<number>): Promise
 
 export async function runApiBench(line: BenchLine, reps: number): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "runnel-bench-api-"))
-  const { url, child } = await startRunnel(dir)
+  const { url, stop } = await startRunnelServer(dir)
   const floor = await startFloor(dir)
   const floorUrl = `http://127.0.0.1:${(floor.address() as AddressInfo).port}/`
   try {
@@ -111,8 +88,7 @@ export async function runApiBench(line: BenchLine, reps: number): Promise<void> 
     }
   } finally {
     floor.close()
-    child.kill("SIGTERM")
-    await new Promise((resolve) => child.on("exit", resolve))
+    await stop()
     rmSync(dir, { recursive: true, force: true })
   }
 }

@@ -1,15 +1,14 @@
 // GET /api/runs with 100k runs: page latency p50/p99 of `runnel server` against listing one page of
 // the same Run resources from its embedded Kubernetes API directly (GET /k8s/...runs?limit=20), the
 // floor, measured in the same run on the same server.
-import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
 import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
 import type { BenchLine } from "./operator.ts"
+import { startRunnelServer } from "./runnel-server.ts"
 
-const runnelBin = join(import.meta.dirname, "..", "bin", "runnel")
 const crdsDir = join(import.meta.dirname, "..", "crds")
 const phases = ["success", "failure", "error", "aborted"] as const
 
@@ -64,25 +63,6 @@ function seed(db: string, count: number, pipelines: number): void {
   api.close()
 }
 
-async function startServer(dir: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(
-    runnelBin,
-    ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(dir, "runnel.db")],
-    { cwd: dir, stdio: ["ignore", "pipe", "ignore"] },
-  )
-  const url = await new Promise<string>((resolve, reject) => {
-    let seen = ""
-    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
-      seen += text
-      const match = /listening on (http:\/\/\S+)/.exec(seen)
-      if (match?.[1] !== undefined) resolve(match[1])
-    })
-    child.on("exit", (code) => reject(new Error(`runnel server exited ${code}`)))
-  })
-  child.stdout?.resume()
-  return { url, child }
-}
-
 async function timed(url: string): Promise<number> {
   const started = performance.now()
   const response = await fetch(url)
@@ -101,7 +81,7 @@ export async function runListBench(line: BenchLine, count = 100_000): Promise<vo
   const seedStarted = performance.now()
   seed(join(dir, "runnel.db"), count, 20)
   const seedSeconds = (performance.now() - seedStarted) / 1000
-  const { url, child } = await startServer(dir)
+  const { url, stop } = await startRunnelServer(dir)
   try {
     const floorUrl = `${url}/k8s/apis/runnel.dev/v1alpha1/namespaces/default/runs?limit=20`
     const pages = Math.ceil(count / 20)
@@ -128,8 +108,7 @@ export async function runListBench(line: BenchLine, count = 100_000): Promise<vo
       `p99 < 10 ms (random pages, ?status, ?pipeline_id; floor: one page from /k8s; seeded in ${seedSeconds.toFixed(0)} s)`,
     )
   } finally {
-    child.kill("SIGTERM")
-    await new Promise((resolve) => child.on("exit", resolve))
+    await stop()
     rmSync(dir, { recursive: true, force: true })
   }
 }

@@ -1,7 +1,6 @@
 // Signed GitHub webhooks through `runnel server` to a pipeline that answers with http.respond() first:
 // webhooks per second and p99 latency on loopback, against the floor of a bare node:http server that
 // verifies the same HMAC and inserts one SQLite row per request, measured in the same run.
-import { type ChildProcess, spawn } from "node:child_process"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer, type Server } from "node:http"
@@ -10,8 +9,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
 import type { BenchLine } from "./operator.ts"
+import { startRunnelServer } from "./runnel-server.ts"
 
-const runnelBin = join(import.meta.dirname, "..", "bin", "runnel")
 const secret = "bench-webhook-secret"
 const body = JSON.stringify({ ref: "refs/heads/main", repository: { full_name: "runnel/bench" } })
 const signature = `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`
@@ -20,35 +19,6 @@ const responder = `export const pipeline = async () => {
   http.respond({ status: 200, body: { ok: true } })
 }
 `
-
-async function startRunnel(dir: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(
-    runnelBin,
-    [
-      "server",
-      "--port",
-      "0",
-      "--driver",
-      "native",
-      "--max-queue-size",
-      "1000",
-      "--storage-sqlite-path",
-      join(dir, "runnel.db"),
-    ],
-    { cwd: dir, stdio: ["ignore", "pipe", "ignore"] },
-  )
-  const url = await new Promise<string>((resolve, reject) => {
-    let seen = ""
-    child.stdout?.setEncoding("utf8").on("data", (text: string) => {
-      seen += text
-      const match = /listening on (http:\/\/\S+)/.exec(seen)
-      if (match?.[1] !== undefined) resolve(match[1])
-    })
-    child.on("exit", (code) => reject(new Error(`runnel server exited ${code}`)))
-  })
-  child.stdout?.resume()
-  return { url, child }
-}
 
 function startFloor(dir: string): Promise<Server> {
   const db = new DatabaseSync(join(dir, "floor.db"))
@@ -98,7 +68,7 @@ async function load(url: string, count: number, concurrency: number): Promise<{ 
 
 export async function runWebhookBench(line: BenchLine, count = 300): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "runnel-bench-webhooks-"))
-  const { url, child } = await startRunnel(dir)
+  const { url, stop } = await startRunnelServer(dir, ["--max-queue-size", "1000"])
   const floor = await startFloor(dir)
   try {
     const put = await fetch(`${url}/api/pipelines/hooked`, {
@@ -121,8 +91,7 @@ export async function runWebhookBench(line: BenchLine, count = 300): Promise<voi
     )
   } finally {
     floor.close()
-    child.kill("SIGTERM")
-    await new Promise((resolve) => child.on("exit", resolve))
+    await stop()
     rmSync(dir, { recursive: true, force: true })
   }
 }
