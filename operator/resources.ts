@@ -1,5 +1,5 @@
 import type { KubernetesObject } from "@kubernetes/client-node"
-import type { RunStatus, TaskStatus } from "../lib/core/status.ts"
+import { isFinalRunStatus, type RunStatus, type TaskStatus } from "../lib/core/status.ts"
 import type { WebhookResponse } from "../lib/core/webhook-request.ts"
 import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 
@@ -108,9 +108,7 @@ export const runAnnotations = {
   contentSha256: "runnel.dev/content-sha256",
 } as const
 
-export const finalPhases: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
-
-export const isFinal = (run: RunObject) => finalPhases.has(run.status?.phase ?? "")
+export const isFinal = (run: RunObject) => isFinalRunStatus(run.status?.phase)
 
 /** `namespace/name`: how the operator keys objects in its maps. */
 export const keyOf = (object: KubernetesObject) => `${object.metadata?.namespace ?? ""}/${object.metadata?.name ?? ""}`

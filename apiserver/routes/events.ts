@@ -3,6 +3,7 @@ import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
+import { isFinalRunStatus } from "../../lib/core/status.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { assertSecretEntry } from "../../lib/secrets/secret-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
@@ -23,7 +24,6 @@ export type EventRoutesDeps = NewRunDeps & {
   heartbeatMs?: number
 }
 
-const finalStatuses: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
 /** Chunks read per store query; a query reads at most this many rows of at most 16 KiB. */
 const readBatch = 256
 /**
@@ -161,7 +161,7 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
     // The watched index costs no request; a Run it has not seen yet is asked for.
     const run = deps.index.runs.get(runId) ?? (await deps.resources.getRun(runId))
     if (run === undefined) ended = "deleted"
-    else if (finalStatuses.has(run.status?.phase ?? "queued")) ended = run
+    else if (isFinalRunStatus(run.status?.phase)) ended = run
     else {
       // The Run's next change (its final phase, say) ends the wait at once; quiet output backs off.
       await nextChange(deps.index.runs, runId, wait, sse.signal)

@@ -1,6 +1,6 @@
 import Router from "@koa/router"
 import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
-import { runStatuses } from "../../lib/core/status.ts"
+import { isFinalRunStatus, runStatuses } from "../../lib/core/status.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import type { ResourceIndex } from "../resource-index.ts"
 import { isResourceName, type Resources, type RunResource } from "../resources.ts"
@@ -13,8 +13,6 @@ export type RunRoutesDeps = {
   /** The enabled feature names: gates answer only when `gates` is one. */
   features: readonly string[]
 }
-
-const finalStatuses: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
 
 /** Runs over the Run resource, their tasks' output from the log store (contract.md sections 4 and 7). */
 export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): Router {
@@ -94,7 +92,7 @@ export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): 
     const run = await found(ctx.params.id ?? "")
     const id = run.metadata?.name ?? ""
     const phase = run.status?.phase ?? "queued"
-    if (finalStatuses.has(phase)) {
+    if (isFinalRunStatus(phase)) {
       throw new RunnelError(
         409,
         "finished",

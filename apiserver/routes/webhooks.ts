@@ -2,6 +2,7 @@ import Router from "@koa/router"
 import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
 import { notFound, RunnelError } from "../../lib/core/errors.ts"
+import { isFinalRunStatus } from "../../lib/core/status.ts"
 import { rawBody } from "../body.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import { findPipeline, type Resources, type RunResource } from "../resources.ts"
@@ -19,7 +20,6 @@ export type WebhookRoutesDeps = NewRunDeps & {
   webhookMaxAgeMs: number
 }
 
-const finalStatuses: ReadonlySet<string> = new Set(["success", "failure", "error", "aborted"])
 /** Response headers the server sets itself; a pipeline's own would contradict the body it sends. */
 const serverHeaders = new Set(["content-length", "transfer-encoding", "connection", "keep-alive"])
 
@@ -95,7 +95,7 @@ function responseOf(id: string, deps: WebhookRoutesDeps): Promise<WebhookRespons
     const look = (run: RunResource | undefined) => {
       const response = run?.status?.webhookResponse
       if (response !== undefined) settle(response)
-      else if (run === undefined || finalStatuses.has(run.status?.phase ?? "queued")) settle(undefined)
+      else if (run === undefined || isFinalRunStatus(run.status?.phase)) settle(undefined)
     }
     const timer = setTimeout(() => settle(undefined), deps.webhookTimeoutMs)
     const unsubscribe = deps.index.runs.onChange(id, look)

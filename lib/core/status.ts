@@ -7,6 +7,12 @@ export type TaskStatus = (typeof taskStatuses)[number]
 
 export type FinalRunStatus = Extract<RunStatus, "success" | "failure" | "error" | "aborted">
 
+const finalRunStatuses: ReadonlySet<string> = new Set<FinalRunStatus>(["success", "failure", "error", "aborted"])
+
+/** Whether a run in `status` has ended (a Run without a phase yet is queued, not final). */
+export const isFinalRunStatus = (status: string | undefined): status is FinalRunStatus =>
+  finalRunStatuses.has(status ?? "")
+
 /**
  * The code a finished run reports (and `runnel runner` exits with): 0 on
  * success, 1 when the pipeline failed, 2 when runnel could not run it, 130
