@@ -4,8 +4,8 @@
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
-import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
+import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
+import { loadCrds } from "../kubeserver/resource-types.ts"
 import type { BenchLine } from "./operator.ts"
 import { startRunnelServer } from "./runnel-server.ts"
 

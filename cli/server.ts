@@ -4,6 +4,8 @@ import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { Command } from "commander"
 import { startApiServer } from "../apiserver/app.ts"
+import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
+import { loadCrds } from "../kubeserver/resource-types.ts"
 import {
   type FlagSpec,
   type FlagValues,
@@ -13,8 +15,6 @@ import {
   readFlags,
 } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
-import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
-import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"

@@ -3,8 +3,8 @@ import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
-import { createEmbeddedApi } from "../lib/kube/embedded/embedded-api.ts"
-import { loadCrds } from "../lib/kube/embedded/resource-types.ts"
+import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
+import { loadCrds } from "../kubeserver/resource-types.ts"
 
 // runnel's embedded Kubernetes-compatible API alone, standing in for a cluster so the end-to-end suite can be
 // shown to run where no cluster exists:

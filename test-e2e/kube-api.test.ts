@@ -1,5 +1,5 @@
 import { it } from "vitest"
-import { kubeApiContract } from "../lib/kube/kube-api-contract.ts"
+import { kubeApiContract } from "../lib/kube/kube-api-contract.fixture.ts"
 import { clusterConfig, haveCluster } from "./cluster.ts"
 
 // The shared contract every Kubernetes API runnel talks to must pass, here against the cluster of KUBECONFIG

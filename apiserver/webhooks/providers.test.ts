@@ -1,7 +1,7 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook, webhookProviders } from "./providers.ts"
-import { clock, hmacHex, refusal, secret, webhookRequest } from "./test-request.ts"
+import { clock, hmacHex, refusal, secret, webhookRequest } from "./test-request.fixture.ts"
 import type { WebhookRequest } from "./webhook-provider.ts"
 
 const names = webhookProviders.map((provider) => provider.name)

@@ -3,7 +3,7 @@ import { SystemError } from "../../lib/core/errors.ts"
 /**
  * The driver contract: a driver runs the tasks of runs (containers, pods,
  * processes) and nothing else. Every driver passes the shared suite in
- * driver-contract.ts; the kubernetes driver will too.
+ * driver-contract.fixture.ts; the kubernetes driver will too.
  *
  * - `open(runId)` gives a `RunDriver` scoped to one run. Everything it creates
  *   (containers, volumes, processes, directories) carries or lives under the

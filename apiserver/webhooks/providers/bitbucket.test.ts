@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook } from "../providers.ts"
-import { clock, hmacHex, refusal, secret, webhookRequest } from "../test-request.ts"
+import { clock, hmacHex, refusal, secret, webhookRequest } from "../test-request.fixture.ts"
 
 const body = JSON.stringify({ push: { changes: [] }, repository: { full_name: "team/repo" } })
 

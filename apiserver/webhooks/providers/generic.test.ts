@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook } from "../providers.ts"
-import { clock, hmacHex, refusal, secret, webhookRequest } from "../test-request.ts"
+import { clock, hmacHex, refusal, secret, webhookRequest } from "../test-request.fixture.ts"
 
 const body = Buffer.from([0x00, 0xff, 0xfe, 0x7b, 0x22]) // not UTF-8, not JSON: signed as bytes all the same
 

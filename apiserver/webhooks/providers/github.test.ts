@@ -1,7 +1,7 @@
 import { sign } from "@octokit/webhooks-methods"
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook } from "../providers.ts"
-import { clock, refusal, secret, webhookRequest } from "../test-request.ts"
+import { clock, refusal, secret, webhookRequest } from "../test-request.fixture.ts"
 
 const body = JSON.stringify({ ref: "refs/heads/main", repository: { full_name: "octo/runnel" }, note: "héllo ✓" })
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook } from "../providers.ts"
-import { clock, refusal, secret, webhookRequest } from "../test-request.ts"
+import { clock, refusal, secret, webhookRequest } from "../test-request.fixture.ts"
 
 describe("honeybadger webhooks", () => {
   it("are detected by Honeybadger-Token; the event type is the body's type, else its event", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook } from "../providers.ts"
-import { clock, hmacHex, refusal, secret, webhookRequest } from "../test-request.ts"
+import { clock, hmacHex, refusal, secret, webhookRequest } from "../test-request.fixture.ts"
 
 const v2 = JSON.stringify({ messages: [{ event: "incident.trigger" }, { event: "incident.resolve" }] })
 const v3 = JSON.stringify({ event: { id: "01", event_type: "incident.triggered", resource_type: "incident" } })

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook } from "../providers.ts"
-import { clock, hmacHex, nowSeconds, refusal, secret, webhookRequest } from "../test-request.ts"
+import { clock, hmacHex, nowSeconds, refusal, secret, webhookRequest } from "../test-request.fixture.ts"
 
 const body = JSON.stringify({ type: "event_callback", event: { type: "app_mention", text: "deploy ✓" } })
 

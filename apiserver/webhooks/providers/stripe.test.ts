@@ -1,7 +1,7 @@
 import Stripe from "stripe"
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook } from "../providers.ts"
-import { clock, hmacHex, nowSeconds, refusal, secret, webhookRequest } from "../test-request.ts"
+import { clock, hmacHex, nowSeconds, refusal, secret, webhookRequest } from "../test-request.fixture.ts"
 
 const body = JSON.stringify({ id: "evt_1", object: "event", type: "invoice.paid", data: { object: { note: "€" } } })
 

@@ -6,7 +6,7 @@ import { describe, expect, it, onTestFinished } from "vitest"
 import { SystemError } from "../../../lib/core/errors.ts"
 import { describeDocker, dockerHost } from "../../../test/docker.ts"
 import type { TaskSpec } from "../driver.ts"
-import { collect, driverContract, until } from "../driver-contract.ts"
+import { collect, driverContract, until } from "../driver-contract.fixture.ts"
 import { dockerDriverFactory, dockerLabels } from "./docker-driver.ts"
 
 const factory = dockerDriverFactory({ host: dockerHost })

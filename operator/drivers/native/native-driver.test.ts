@@ -5,7 +5,7 @@ import { join } from "node:path"
 import { afterAll, describe, expect, it, onTestFinished } from "vitest"
 import { SystemError } from "../../../lib/core/errors.ts"
 import type { TaskSpec } from "../driver.ts"
-import { collect, driverContract } from "../driver-contract.ts"
+import { collect, driverContract } from "../driver-contract.fixture.ts"
 import { nativeDriverFactory } from "./native-driver.ts"
 
 const workRoot = await mkdtemp(join(tmpdir(), "runnel-native-test-"))

@@ -1,7 +1,7 @@
 import { ApiException, CoreV1Api, KubeConfig } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { RunningApi } from "./embedded-api-fixture.ts"
-import { startEmbeddedApi } from "./embedded-api-fixture.ts"
+import type { RunningApi } from "./embedded-api.fixture.ts"
+import { startEmbeddedApi } from "./embedded-api.fixture.ts"
 
 let running: RunningApi
 

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 
 /**
  * The part of Kubernetes runnel relies on, as one suite that any API server
- * must pass: the embedded one (lib/kube/embedded) and a real cluster
+ * must pass: the embedded one (kubeserver/) and a real cluster
  * (test-e2e). It drives the API only through `@kubernetes/client-node`,
  * needs runnel's CRDs from `crds/` installed, works in a namespace of its own
  * (created and deleted here), and waits for asynchronous effects (garbage

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { RunningApi } from "./embedded-api-fixture.ts"
-import { startEmbeddedApi } from "./embedded-api-fixture.ts"
+import type { RunningApi } from "./embedded-api.fixture.ts"
+import { startEmbeddedApi } from "./embedded-api.fixture.ts"
 
 let running: RunningApi
 

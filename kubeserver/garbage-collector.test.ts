@@ -2,10 +2,10 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
+import { testCrds } from "./embedded-api.fixture.ts"
 import { createEmbeddedApi } from "./embedded-api.ts"
-import { testCrds } from "./embedded-api-fixture.ts"
 
-// The cascading-deletion behaviour every API shares is in ../kube-api-contract.ts; these are the embedded collector's own cases.
+// The cascading-deletion behaviour every API shares is in ../kube-api-contract.fixture.ts; these are the embedded collector's own cases.
 const dirs: string[] = []
 afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true })

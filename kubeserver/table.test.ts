@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest"
-import { testCrds } from "./embedded-api-fixture.ts"
+import { testCrds } from "./embedded-api.fixture.ts"
 import { resourceTypesFromCrds } from "./resource-types.ts"
 import { evaluateJsonPath, humanDuration, toTable } from "./table.ts"
 

@@ -2,8 +2,8 @@ import { execFile, execFileSync, spawn } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { RunningApi } from "./embedded-api-fixture.ts"
-import { startEmbeddedApi } from "./embedded-api-fixture.ts"
+import type { RunningApi } from "./embedded-api.fixture.ts"
+import { startEmbeddedApi } from "./embedded-api.fixture.ts"
 
 // The machine's kubectl (or Debian's kubernetes-client). Without one this suite cannot say anything, so it is skipped, loudly.
 const kubectlVersion = (() => {

@@ -1,8 +1,8 @@
 import type { KubernetesObject } from "@kubernetes/client-node"
 import { CustomObjectsApi, makeInformer, Watch } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import type { RunningApi } from "./embedded-api-fixture.ts"
-import { startEmbeddedApi } from "./embedded-api-fixture.ts"
+import type { RunningApi } from "./embedded-api.fixture.ts"
+import { startEmbeddedApi } from "./embedded-api.fixture.ts"
 
 type Event = { type: string; object: KubernetesObject & { code?: number; reason?: string; message?: string } }
 
@@ -53,7 +53,7 @@ async function watch(
   return events
 }
 
-// Resuming, initial events and selectors are in ../kube-api-contract.ts; these are the parts a test can only drive here.
+// Resuming, initial events and selectors are in ../kube-api-contract.fixture.ts; these are the parts a test can only drive here.
 describe("watch", () => {
   it("sends bookmarks carrying the current resourceVersion when allowed", async () => {
     const events = await watch(

@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto"
-import { keyBytes } from "../../core/key-file.ts"
+import { keyBytes } from "../lib/core/key-file.ts"
 
 /**
  * Encryption at rest of stored object bodies (core Secrets), like Kubernetes'

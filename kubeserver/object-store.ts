@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto"
 import type { StatementSync } from "node:sqlite"
 import { DatabaseSync } from "node:sqlite"
-import { createKeyFile, keyBytes, readKeyFile } from "../../core/key-file.ts"
+import { createKeyFile, keyBytes, readKeyFile } from "../lib/core/key-file.ts"
 import type { KubeObject } from "./object-meta.ts"
 import { secretType, storageResource } from "./resource-types.ts"
 import { SecretCipher } from "./secret-encryption.ts"

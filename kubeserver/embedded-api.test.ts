@@ -1,12 +1,12 @@
 import { join } from "node:path"
 import { CustomObjectsApi } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { kubeApiContract, refusal } from "../kube-api-contract.ts"
-import type { RunningApi } from "./embedded-api-fixture.ts"
-import { startEmbeddedApi } from "./embedded-api-fixture.ts"
+import { kubeApiContract, refusal } from "../lib/kube/kube-api-contract.fixture.ts"
+import type { RunningApi } from "./embedded-api.fixture.ts"
+import { startEmbeddedApi } from "./embedded-api.fixture.ts"
 import { loadCrds } from "./resource-types.ts"
 
-const runnelCrds = loadCrds(join(import.meta.dirname, "..", "..", "..", "crds"))
+const runnelCrds = loadCrds(join(import.meta.dirname, "..", "crds"))
 
 kubeApiContract("the embedded", async () => {
   const running = await startEmbeddedApi({ crds: runnelCrds })
