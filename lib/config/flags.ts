@@ -1,3 +1,4 @@
+import { homedir } from "node:os"
 import { parseDuration } from "../core/duration.ts"
 import { badRequest, errorMessage } from "../core/errors.ts"
 
@@ -28,6 +29,9 @@ export function optionName(flag: FlagSpec): string {
   return flag.name.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase())
 }
 
+/** The options commander parsed; readFlags() adds each flag's CI_* variable and default. */
+export type CommandLine = Readonly<Record<string, unknown>>
+
 export type FlagValues = Readonly<Record<string, string | readonly string[] | undefined>>
 
 /**
@@ -37,7 +41,7 @@ export type FlagValues = Readonly<Record<string, string | readonly string[] | un
  */
 export function readFlags(
   table: readonly FlagSpec[],
-  cli: Readonly<Record<string, unknown>>,
+  cli: CommandLine,
   env: NodeJS.ProcessEnv = process.env,
 ): FlagValues {
   const values: Record<string, string | readonly string[] | undefined> = {}
@@ -86,11 +90,32 @@ export function parsePositiveInt(text: string | undefined, flag: string): number
 }
 
 /** The parts of the process environment runnel uses besides its CI_* flags. */
-export function hostEnvironment(env: NodeJS.ProcessEnv = process.env) {
+export type HostEnvironment = {
+  readonly dockerHost: string | undefined
+  readonly path: string
+  /** Set in every Pod: the roles then use the Pod's service account unless a kubeconfig is named. */
+  readonly inCluster: boolean
+  /** `KUBECONFIG`, as kubectl reads it: a list of files joined by ":". */
+  readonly kubeconfig: string | undefined
+  /** Where `~/.kube/config` is looked for. */
+  readonly home: string
+}
+
+export function hostEnvironment(env: NodeJS.ProcessEnv = process.env): HostEnvironment {
   return Object.freeze({
     dockerHost: env.DOCKER_HOST,
     path: env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
-    /** Set in every Pod: `runnel server` without --kubeconfig then uses the cluster, not its embedded API. */
     inCluster: env.KUBERNETES_SERVICE_HOST !== undefined && env.KUBERNETES_SERVICE_HOST !== "",
+    kubeconfig: env.KUBECONFIG,
+    home: env.HOME ?? homedir(),
   })
+}
+
+/** Freezes settings all the way down, so a component handed one slice cannot change what another reads. */
+export function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {
+    for (const item of Object.values(value)) deepFreeze(item)
+    Object.freeze(value)
+  }
+  return value
 }

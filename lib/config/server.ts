@@ -1,0 +1,83 @@
+import {
+  type CommandLine,
+  deepFreeze,
+  type FlagSpec,
+  type FlagValues,
+  hostEnvironment,
+  parseDurationFlag,
+  parsePositiveInt,
+  readFlags,
+} from "./flags.ts"
+import { type OperatorSettings, operatorFlags, operatorPart } from "./operator.ts"
+
+/** Where the process serves HTTP. */
+export type HttpSettings = { readonly port: number; readonly host: string }
+
+/** The API server's own limits. */
+export type ApiSettings = {
+  /** Queued runs beyond which triggers answer 503. */
+  readonly maxQueueSize: number
+  readonly maxBodyBytes: number
+  readonly webhookTimeoutMs: number
+  readonly webhookMaxAgeMs: number
+}
+
+export const serverFlags: readonly FlagSpec[] = [
+  { name: "port", value: "PORT", defaultValue: "8080", description: "port to serve on; 0 takes a free one" },
+  { name: "host", value: "HOST", defaultValue: "127.0.0.1", description: "address to serve on" },
+  ...operatorFlags,
+  {
+    name: "max-queue-size",
+    value: "N",
+    defaultValue: "100",
+    description: "queued runs beyond which triggers answer 503",
+  },
+  { name: "max-body-mb", value: "MB", defaultValue: "10", description: "largest request body the API accepts" },
+  {
+    name: "webhook-timeout",
+    value: "DURATION",
+    defaultValue: "5s",
+    description: "how long a webhook waits for the pipeline's http.respond() before it is answered 202",
+  },
+  {
+    name: "webhook-max-age",
+    value: "DURATION",
+    defaultValue: "5m",
+    description: "Slack and Stripe webhooks signed longer ago than this are refused as replays",
+  },
+]
+
+/** `runnel server`: both roles in one process, and where it serves. */
+export type ServerSettings = OperatorSettings & { readonly http: HttpSettings; readonly api: ApiSettings }
+
+/** `runnel server`'s settings from its command line and environment, checked and frozen. */
+export function serverSettings(
+  cli: CommandLine,
+  driverNames: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+): ServerSettings {
+  const flags = readFlags(serverFlags, cli, env)
+  return deepFreeze({
+    ...operatorPart(flags, "server", driverNames, hostEnvironment(env)),
+    http: httpPart(flags),
+    api: apiPart(flags),
+  })
+}
+
+/** --port and --host, checked. */
+export function httpPart(flags: FlagValues): HttpSettings {
+  return {
+    port: flags.port === "0" ? 0 : parsePositiveInt(flags.port as string, "port"),
+    host: String(flags.host),
+  }
+}
+
+/** The API server's flags, checked. */
+export function apiPart(flags: FlagValues): ApiSettings {
+  return {
+    maxQueueSize: parsePositiveInt(flags["max-queue-size"] as string, "max-queue-size"),
+    maxBodyBytes: parsePositiveInt(flags["max-body-mb"] as string, "max-body-mb") * 1024 * 1024,
+    webhookTimeoutMs: parseDurationFlag(flags["webhook-timeout"] as string, "webhook-timeout"),
+    webhookMaxAgeMs: parseDurationFlag(flags["webhook-max-age"] as string, "webhook-max-age"),
+  }
+}
