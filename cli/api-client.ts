@@ -1,17 +1,5 @@
-import type { FlagSpec, FlagValues } from "../lib/config/flags.ts"
-import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
-
-/** The flags of every client command (contract.md section 3). */
-export const clientFlags: readonly FlagSpec[] = [
-  {
-    name: "server-url",
-    short: "s",
-    value: "URL",
-    defaultValue: "http://127.0.0.1:8080",
-    description: "the runnel server; user:password@ in it is sent as Basic auth",
-  },
-  { name: "auth-token", value: "TOKEN", description: "a token sent as Bearer auth" },
-]
+import type { ClientSettings } from "../lib/config/client.ts"
+import { errorMessage, SystemError } from "../lib/core/errors.ts"
 
 /** The server answered with an error status: its `{"error"}` message is the one line the CLI prints (exit 1). */
 export class ServerRefused extends Error {
@@ -39,29 +27,10 @@ export type ApiClient = {
   ): AsyncGenerator<unknown>
 }
 
-/** A JSON client of the REST API from the client flags. */
-export function apiClient(flags: FlagValues): ApiClient {
-  const given = String(flags["server-url"])
-  let base: URL
-  try {
-    base = new URL(given)
-  } catch {
-    throw badRequest(`--server-url "${given}" is not a URL; write it as http://host:8080`)
-  }
-  if (base.protocol !== "http:" && base.protocol !== "https:") {
-    throw badRequest(`--server-url "${given}" must start with http:// or https://`)
-  }
+/** A JSON client of the REST API at the settings' URL. */
+export function apiClient({ url, authorization }: ClientSettings): ApiClient {
   const headers: Record<string, string> = { Accept: "application/json" }
-  const token = flags["auth-token"]
-  if (typeof token === "string" && token !== "") {
-    headers.Authorization = `Bearer ${token}`
-  } else if (base.username !== "" || base.password !== "") {
-    const user = `${decodeURIComponent(base.username)}:${decodeURIComponent(base.password)}`
-    headers.Authorization = `Basic ${Buffer.from(user).toString("base64")}`
-  }
-  base.username = ""
-  base.password = ""
-  const url = base.toString().replace(/\/$/, "")
+  if (authorization !== undefined) headers.Authorization = authorization
 
   /** Sends one request; a refusal becomes a ServerRefused with the server's message. */
   const send = async (method: string, path: string, body: unknown, signal?: AbortSignal): Promise<Response> => {

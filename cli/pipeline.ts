@@ -1,37 +1,8 @@
 import { readFile } from "node:fs/promises"
 import { basename, extname } from "node:path"
-import type { Command } from "commander"
-import { parseKeyValues, readFlags } from "../lib/config/flags.ts"
+import { parseKeyValues } from "../lib/config/flags.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
-import { type ApiClient, apiClient, clientFlags } from "./api-client.ts"
-import { addFlags } from "./flags.ts"
-
-/** A command's own options: command line only; only the client flags have CI_* variables. */
-type Option = { readonly syntax: string; readonly description: string; readonly repeatable?: boolean }
-
-const setOptions: readonly Option[] = [
-  { syntax: "--name <NAME>", description: "the pipeline's name; default the file's base name" },
-  { syntax: "--driver <NAME>", description: "runs its tasks; default the server's --driver" },
-  { syntax: "--driver-config <JSON>", description: 'the driver\'s settings, a JSON object: {"host": "..."}' },
-  { syntax: "--rbac <EXPR>", description: "who may see and run it (a CEL expression)" },
-  { syntax: "--webhook-secret <SECRET>", description: 'verifies its incoming webhooks; "" removes it' },
-  {
-    syntax: "-e, --secret <KEY=VALUE>",
-    description: "a secret of this pipeline, stored encrypted, never shown again (repeatable)",
-    repeatable: true,
-  },
-]
-const runOptions: readonly Option[] = [
-  {
-    syntax: "--global-secret <KEY=VALUE>",
-    description: "a global secret for this run only; the pipeline's own secrets still win (repeatable)",
-    repeatable: true,
-  },
-]
-const triggerOptions: readonly Option[] = [
-  { syntax: "--args <ARG>", description: "an argument for pipelineContext.args (repeatable)", repeatable: true },
-]
-const lsOptions: readonly Option[] = [{ syntax: "--json", description: "the pipeline objects as JSON" }]
+import type { ApiClient } from "./api-client.ts"
 
 const contentTypes: Record<string, string> = {
   ".ts": "ts",
@@ -42,99 +13,51 @@ const contentTypes: Record<string, string> = {
   ".yml": "yaml",
 }
 
-/** `runnel pipeline ...`: the client commands of contract.md section 3, over the REST API. */
-export function pipelineCommand(program: Command): void {
-  const pipeline = program.command("pipeline").description("store, trigger and list pipelines on a runnel server")
-  const client = (name: string, description: string, own: readonly Option[] = []) => {
-    const command = pipeline.command(name).description(description)
-    for (const option of own) {
-      if (option.repeatable) {
-        command.option(option.syntax, option.description, (value: string, previous: string[] = []) => [
-          ...previous,
-          value,
-        ])
-      } else {
-        command.option(option.syntax, option.description)
-      }
-    }
-    addFlags(command, clientFlags)
-    return command
-  }
-  const flagsOf = (options: Record<string, unknown>) => readFlags(clientFlags, options)
+// `runnel pipeline ...`: the client commands of contract.md section 3, over the REST API. cli/program.ts
+// registers them (their options and --help) and loads this module when one runs.
 
-  client("set", "store a pipeline file (PUT /api/pipelines/:name)", setOptions)
-    .argument("<file>", "pipeline file: .ts, .js or .yaml")
-    .action(async (file: string, options: Record<string, unknown>) => {
-      const api = apiClient(flagsOf(options))
-      const body = await pipelineBody(file, options)
-      const name = typeof options.name === "string" ? options.name : basename(file, extname(file))
-      const answer = await api.call("PUT", `/api/pipelines/${encodeURIComponent(name)}`, body)
-      process.stdout.write(`pipeline "${name}" ${answer.status === 201 ? "created" : "updated"}\n`)
-    })
+/** `pipeline set FILE`: stores a pipeline file (PUT /api/pipelines/:name). */
+export async function setPipeline(api: ApiClient, file: string, options: Readonly<Record<string, unknown>>) {
+  const body = await pipelineBody(file, options)
+  const name = typeof options.name === "string" ? options.name : basename(file, extname(file))
+  const answer = await api.call("PUT", `/api/pipelines/${encodeURIComponent(name)}`, body)
+  process.stdout.write(`pipeline "${name}" ${answer.status === 201 ? "created" : "updated"}\n`)
+}
 
-  client("run", "start a run, stream its output here, and exit with its code; Ctrl-C detaches", runOptions)
-    .argument("<name>", "the pipeline's name or id")
-    .argument("[args...]", "arguments after -- become pipelineContext.args")
-    .usage("NAME [options] [-- ARGS...]")
-    .action(async (name: string, args: string[], options: Record<string, unknown>) => {
-      const globalSecrets = parseKeyValues((options.globalSecret as string[] | undefined) ?? [], "global-secret")
-      process.exitCode = await run(apiClient(flagsOf(options)), name, args, globalSecrets)
-    })
-
-  client("trigger", "start a run and print its id, without waiting for it", triggerOptions)
-    .argument("<name>", "the pipeline's name or id")
-    .action(async (name: string, options: Record<string, unknown>) => {
-      const args = (options.args as string[] | undefined) ?? []
-      const answer = await apiClient(flagsOf(options)).call(
-        "POST",
-        `/api/pipelines/${encodeURIComponent(name)}/trigger`,
-        {
-          mode: args.length > 0 ? "args" : "manual",
-          args,
-        },
-      )
-      process.stdout.write(`${(answer.body as { run_id: string }).run_id}\n`)
-    })
-
-  client("ls", "list the stored pipelines", lsOptions).action(async (options: Record<string, unknown>) => {
-    const pipelines = await listAll(apiClient(flagsOf(options)))
-    if (options.json === true) {
-      process.stdout.write(`${JSON.stringify(pipelines, null, 2)}\n`)
-      return
-    }
-    process.stdout.write(
-      table([
-        ["NAME", "TYPE", "DRIVER", "PAUSED", "UPDATED"],
-        ...pipelines.map((p) => [p.name, p.content_type, p.driver, p.paused ? "yes" : "no", p.updated_at]),
-      ]),
-    )
+/** `pipeline trigger NAME`: starts a run and prints its id, without waiting for it. */
+export async function triggerPipeline(api: ApiClient, name: string, args: readonly string[]) {
+  const answer = await api.call("POST", `/api/pipelines/${encodeURIComponent(name)}/trigger`, {
+    mode: args.length > 0 ? "args" : "manual",
+    args,
   })
+  process.stdout.write(`${(answer.body as { run_id: string }).run_id}\n`)
+}
 
-  for (const [action, done, route] of [
-    ["rm", "removed", undefined],
-    ["pause", "paused", "pause"],
-    ["unpause", "unpaused", "unpause"],
-  ] as const) {
-    const description =
-      action === "rm"
-        ? "delete a pipeline with its runs"
-        : action === "pause"
-          ? "refuse runs and triggers of a pipeline until unpaused"
-          : "accept runs and triggers of a paused pipeline again"
-    client(action, description)
-      .argument("<name>", "the pipeline's name or id")
-      .action(async (name: string, options: Record<string, unknown>) => {
-        const api = apiClient(flagsOf(options))
-        const path = `/api/pipelines/${encodeURIComponent(name)}`
-        if (route === undefined) await api.call("DELETE", path)
-        else await api.call("POST", `${path}/${route}`)
-        process.stdout.write(`pipeline "${name}" ${done}\n`)
-      })
+/** `pipeline ls`: the stored pipelines as a table, or as JSON. */
+export async function listPipelines(api: ApiClient, json: boolean) {
+  const pipelines = await listAll(api)
+  if (json) {
+    process.stdout.write(`${JSON.stringify(pipelines, null, 2)}\n`)
+    return
   }
+  process.stdout.write(
+    table([
+      ["NAME", "TYPE", "DRIVER", "PAUSED", "UPDATED"],
+      ...pipelines.map((p) => [p.name, p.content_type, p.driver, p.paused ? "yes" : "no", p.updated_at]),
+    ]),
+  )
+}
+
+/** `pipeline rm|pause|unpause NAME`. */
+export async function changePipeline(api: ApiClient, action: "rm" | "pause" | "unpause", name: string) {
+  const path = `/api/pipelines/${encodeURIComponent(name)}`
+  if (action === "rm") await api.call("DELETE", path)
+  else await api.call("POST", `${path}/${action}`)
+  process.stdout.write(`pipeline "${name}" ${action === "rm" ? "removed" : `${action}d`}\n`)
 }
 
 /** Streams a new run's output to stdout and stderr; answers the run's exit code (130 when detached). */
-async function run(
+export async function runPipeline(
   api: ApiClient,
   name: string,
   args: readonly string[],

@@ -2,68 +2,27 @@ import { createHash, randomBytes } from "node:crypto"
 import { mkdtemp, readFile, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { basename, extname, join, resolve } from "node:path"
-import type { Command } from "commander"
-import { type FlagSpec, parseKeyValues, parsePositiveInt, readFlags } from "../lib/config/flags.ts"
-import { parseDuration } from "../lib/core/duration.ts"
+import type { RunnerSettings } from "../lib/config/runner.ts"
 import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
 import { RunAborted, runScript } from "../operator/engine/engine.ts"
 import { memoryVersions, runYamlPipeline } from "../operator/engine/yaml/interpret.ts"
-import { driverRegistry } from "./drivers.ts"
-import { addFlags, mockImageFlag } from "./flags.ts"
+import { drivers } from "./drivers.ts"
 import { TerminalObserver } from "./terminal-observer.ts"
 
-export const runnerFlags: readonly FlagSpec[] = [
-  { name: "driver", value: "NAME", defaultValue: "docker", description: "runs the tasks: docker or native" },
-  {
-    name: "secret",
-    value: "KEY=VALUE",
-    repeatable: true,
-    description: "a secret for `secret:KEY` env values (repeatable)",
-  },
-  {
-    name: "storage-sqlite-path",
-    value: "PATH",
-    description:
-      "SQLite file that keeps the run's task records and output; without it, a temporary file removed at the end",
-  },
-  { name: "pipeline-memory-mb", value: "MB", defaultValue: "128", description: "memory limit of the script's sandbox" },
-  { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of the whole run" },
-  mockImageFlag,
-]
-
-export function runnerCommand(program: Command): void {
-  const command = program
-    .command("runner")
-    .description("run a pipeline file on this machine, without a server; exits with the run's code")
-    .argument("<file>", "pipeline script (.ts or .js) or Concourse-style YAML (.yml, .yaml)")
-    .argument("[args...]", "arguments after -- become pipelineContext.args")
-    .usage("FILE [options] [-- ARGS...]")
-  addFlags(command, runnerFlags)
-  command.action(async (file: string, args: string[], options: Record<string, unknown>) => {
-    process.exitCode = await runner(file, args, options)
-  })
-}
-
-async function runner(file: string, args: string[], options: Record<string, unknown>): Promise<number> {
-  const flags = readFlags(runnerFlags, options)
-  const driverName = String(flags.driver)
-  const factory = driverRegistry().get(driverName)
-  const secrets = parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret")
-  const limits = {
-    memoryMb: parsePositiveInt(flags["pipeline-memory-mb"] as string, "pipeline-memory-mb"),
-    timeoutMs: parseDuration(String(flags["pipeline-timeout"])),
-  }
+/** `runnel runner FILE`: runs the pipeline on this machine with the settings' driver; answers the run's exit code. */
+export async function runner(file: string, args: string[], settings: RunnerSettings): Promise<number> {
+  const { driver: driverName, secrets, limits } = settings
+  const factory = await drivers.get(driverName).load(settings.host)
   const source = await readPipeline(file)
   const driver = factory.create({})
   const leftovers = driver.removeLeftovers().catch(() => {}) // the daemon may be down; a task will say so
   // Not :memory: by default: a task printing gigabytes must not hold them in memory.
-  const scratch =
-    flags["storage-sqlite-path"] === undefined ? await mkdtemp(join(tmpdir(), "runnel-runner-")) : undefined
+  const scratch = settings.storagePath === undefined ? await mkdtemp(join(tmpdir(), "runnel-runner-")) : undefined
   const store = await openSqliteLogStore(
-    scratch === undefined ? String(flags["storage-sqlite-path"]) : join(scratch, "runnel.db"),
+    scratch === undefined ? String(settings.storagePath) : join(scratch, "runnel.db"),
   )
   const contentType = contentTypeOfFile(file, source)
   const stop = new AbortController()
@@ -97,7 +56,7 @@ async function runner(file: string, args: string[], options: Record<string, unkn
         ? // No server: versions live as long as the run, and set_pipeline says it needs one.
           await runYamlPipeline(
             run,
-            { ...deps, mockImage: String(flags["mock-image"]), versions: memoryVersions() },
+            { ...deps, mockImage: settings.mockImage, versions: memoryVersions() },
             stop.signal,
           )
         : await runScript({ ...run, filename: file }, deps, stop.signal)

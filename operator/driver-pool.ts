@@ -2,8 +2,11 @@ import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { Driver, DriverConfig } from "./drivers/driver.ts"
 
-/** Makes a driver by name from a pipeline's driverConfig; the composition code in cli/ names the implementations. */
-export type DriverSource = (name: string, config: DriverConfig) => Driver
+/**
+ * Makes a driver by name from a pipeline's driverConfig; the composition code in cli/ names the implementations.
+ * It may answer a promise: cli/ imports a driver's code only when a run first uses it.
+ */
+export type DriverSource = (name: string, config: DriverConfig) => Driver | Promise<Driver>
 
 /**
  * The drivers the operator's runs use: one per name and driverConfig,
@@ -42,7 +45,7 @@ export class DriverPool {
   }
 
   async #open(name: string, config: DriverConfig): Promise<Driver> {
-    const driver = this.#source(name, config)
+    const driver = await this.#source(name, config)
     // In the background: a pipeline that runs no task never waits for (or needs) the driver's daemon.
     const cleaned = driver.removeLeftovers().catch((error: unknown) => {
       // The daemon may be down; the first task will say so in its run's message.

@@ -120,8 +120,9 @@ describe("runnel apiserver", () => {
   })
 
   it("without --kubeconfig outside a cluster, says to pass one", async () => {
-    const env = { ...process.env }
-    delete env.KUBERNETES_SERVICE_HOST
+    // Not in a Pod, and nothing kubectl would find either: no $KUBECONFIG, a home without ~/.kube/config.
+    // (runnel() lays these over the test's own environment; empty counts as unset.)
+    const env = { KUBERNETES_SERVICE_HOST: "", KUBECONFIG: "", HOME: servers.dir }
     const result = await runnel(["apiserver", "--port", "0"], { env, cwd: servers.dir })
     expect(result.code).toBe(2)
     expect(result.stderr).toMatch(/pass --kubeconfig/)

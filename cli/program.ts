@@ -1,0 +1,169 @@
+import { type Command, CommanderError, Command as Program } from "commander"
+import { apiserverFlags, apiserverSettings } from "../lib/config/apiserver.ts"
+import { clientFlags, clientSettings } from "../lib/config/client.ts"
+import { parseKeyValues } from "../lib/config/flags.ts"
+import { operatorFlags, operatorSettings } from "../lib/config/operator.ts"
+import { runnerFlags, runnerSettings } from "../lib/config/runner.ts"
+import { serverFlags, serverSettings } from "../lib/config/server.ts"
+import { RunnelError, SystemError } from "../lib/core/errors.ts"
+import { apiClient, ServerRefused } from "./api-client.ts"
+import { drivers } from "./drivers.ts"
+import { addFlags, collect } from "./flags.ts"
+
+// Every command of `runnel`: its flag table, --help and settings are read here, and the action imports
+// the code that does the work only when the command runs, so that each command loads only what it uses
+// (`runnel pipeline ls` never loads client-node, dockerode or isolated-vm; `runnel runner` no Kubernetes client).
+
+type Options = Record<string, unknown>
+
+const program = new Program()
+  .name("runnel")
+  .description("runnel: pipelines as code, tasks as containers")
+  .showHelpAfterError("(run with --help for usage)")
+  .exitOverride()
+
+const server = program
+  .command("server")
+  .description(
+    "serve runnel on one machine: the embedded Kubernetes API at /k8s (or the cluster of --kubeconfig), the operator, the API under /api, and the probes /livez, /readyz and /health",
+  )
+addFlags(server, serverFlags)
+server.action(async (options: Options) => {
+  const settings = serverSettings(options, drivers.names())
+  await (await import("./server.ts")).server(settings)
+})
+
+const operator = program
+  .command("operator")
+  .description(
+    "run the operator alone against a Kubernetes API (with runnel's CRDs installed): it executes Runs and checks Pipelines",
+  )
+addFlags(operator, operatorFlags)
+operator.action(async (options: Options) => {
+  const settings = operatorSettings(options, drivers.names())
+  await (await import("./operator.ts")).operator(settings)
+})
+
+const apiserver = program
+  .command("apiserver")
+  .description(
+    "serve the REST API under /api and the probes alone, against a Kubernetes API with runnel's CRDs (--kubeconfig, $KUBECONFIG, or the cluster of its Pod)",
+  )
+addFlags(apiserver, apiserverFlags)
+apiserver.action(async (options: Options) => {
+  const settings = apiserverSettings(options, drivers.names())
+  await (await import("./apiserver.ts")).apiserver(settings)
+})
+
+const runner = program
+  .command("runner")
+  .description("run a pipeline file on this machine, without a server; exits with the run's code")
+  .argument("<file>", "pipeline script (.ts or .js) or Concourse-style YAML (.yml, .yaml)")
+  .argument("[args...]", "arguments after -- become pipelineContext.args")
+  .usage("FILE [options] [-- ARGS...]")
+addFlags(runner, runnerFlags)
+runner.action(async (file: string, args: string[], options: Options) => {
+  const settings = runnerSettings(options, drivers.names())
+  process.exitCode = await (await import("./runner.ts")).runner(file, args, settings)
+})
+
+/** A client command's own option: command line only; only the client flags have CI_* variables. */
+type Option = { readonly syntax: string; readonly description: string; readonly repeatable?: boolean }
+
+const pipeline = program.command("pipeline").description("store, trigger and list pipelines on a runnel server")
+/** `runnel pipeline NAME`: its own options and the client flags. */
+function client(name: string, description: string, own: readonly Option[] = []): Command {
+  const command = pipeline.command(name).description(description)
+  for (const option of own) {
+    if (option.repeatable) {
+      command.option(option.syntax, option.description, collect)
+    } else {
+      command.option(option.syntax, option.description)
+    }
+  }
+  addFlags(command, clientFlags)
+  return command
+}
+const clientOf = (options: Options) => apiClient(clientSettings(options))
+const pipelineCommands = () => import("./pipeline.ts")
+
+client("set", "store a pipeline file (PUT /api/pipelines/:name)", [
+  { syntax: "--name <NAME>", description: "the pipeline's name; default the file's base name" },
+  { syntax: "--driver <NAME>", description: "runs its tasks; default the server's --driver" },
+  { syntax: "--driver-config <JSON>", description: 'the driver\'s settings, a JSON object: {"host": "..."}' },
+  { syntax: "--rbac <EXPR>", description: "who may see and run it (a CEL expression)" },
+  { syntax: "--webhook-secret <SECRET>", description: 'verifies its incoming webhooks; "" removes it' },
+  {
+    syntax: "-e, --secret <KEY=VALUE>",
+    description: "a secret of this pipeline, stored encrypted, never shown again (repeatable)",
+    repeatable: true,
+  },
+])
+  .argument("<file>", "pipeline file: .ts, .js or .yaml")
+  .action(async (file: string, options: Options) => {
+    const api = clientOf(options)
+    await (await pipelineCommands()).setPipeline(api, file, options)
+  })
+
+client("run", "start a run, stream its output here, and exit with its code; Ctrl-C detaches", [
+  {
+    syntax: "--global-secret <KEY=VALUE>",
+    description: "a global secret for this run only; the pipeline's own secrets still win (repeatable)",
+    repeatable: true,
+  },
+])
+  .argument("<name>", "the pipeline's name or id")
+  .argument("[args...]", "arguments after -- become pipelineContext.args")
+  .usage("NAME [options] [-- ARGS...]")
+  .action(async (name: string, args: string[], options: Options) => {
+    const globalSecrets = parseKeyValues((options.globalSecret as string[] | undefined) ?? [], "global-secret")
+    const api = clientOf(options)
+    process.exitCode = await (await pipelineCommands()).runPipeline(api, name, args, globalSecrets)
+  })
+
+client("trigger", "start a run and print its id, without waiting for it", [
+  { syntax: "--args <ARG>", description: "an argument for pipelineContext.args (repeatable)", repeatable: true },
+])
+  .argument("<name>", "the pipeline's name or id")
+  .action(async (name: string, options: Options) => {
+    const api = clientOf(options)
+    await (await pipelineCommands()).triggerPipeline(api, name, (options.args as string[] | undefined) ?? [])
+  })
+
+client("ls", "list the stored pipelines", [{ syntax: "--json", description: "the pipeline objects as JSON" }]).action(
+  async (options: Options) => {
+    const api = clientOf(options)
+    await (await pipelineCommands()).listPipelines(api, options.json === true)
+  },
+)
+
+for (const [action, description] of [
+  ["rm", "delete a pipeline with its runs"],
+  ["pause", "refuse runs and triggers of a pipeline until unpaused"],
+  ["unpause", "accept runs and triggers of a paused pipeline again"],
+] as const) {
+  client(action, description)
+    .argument("<name>", "the pipeline's name or id")
+    .action(async (name: string, options: Options) => {
+      const api = clientOf(options)
+      await (await pipelineCommands()).changePipeline(api, action, name)
+    })
+}
+
+try {
+  await program.parseAsync(process.argv)
+} catch (error) {
+  if (error instanceof CommanderError) {
+    process.exitCode = error.exitCode
+  } else if (error instanceof ServerRefused) {
+    // The server said no: its message, exit 1 (docs/decisions.md); 2 is kept for what never reached it.
+    process.stderr.write(`runnel: ${error.message}\n`)
+    process.exitCode = 1
+  } else if (error instanceof RunnelError || error instanceof SystemError) {
+    // A user's mistake or an unavailable dependency: the message says what to do; a stack trace would not.
+    process.stderr.write(`runnel: ${error.message}\n`)
+    process.exitCode = 2
+  } else {
+    throw error
+  }
+}
