@@ -7,8 +7,6 @@ import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
-import { RunAborted, runScript } from "../operator/engine/engine.ts"
-import { memoryVersions, runYamlPipeline } from "../operator/engine/yaml/interpret.ts"
 import { drivers } from "./drivers.ts"
 import { TerminalObserver } from "./terminal-observer.ts"
 
@@ -21,10 +19,13 @@ export async function runner(file: string, args: string[], settings: RunnerSetti
   const leftovers = driver.removeLeftovers().catch(() => {}) // the daemon may be down; a task will say so
   // Not :memory: by default: a task printing gigabytes must not hold them in memory.
   const scratch = settings.storagePath === undefined ? await mkdtemp(join(tmpdir(), "runnel-runner-")) : undefined
-  const store = await openSqliteLogStore(
-    scratch === undefined ? String(settings.storagePath) : join(scratch, "runnel.db"),
-  )
+  const opening = openSqliteLogStore(scratch === undefined ? String(settings.storagePath) : join(scratch, "runnel.db"))
+  opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
   const contentType = contentTypeOfFile(file, source)
+  // Loaded while the log store's writer thread starts; the YAML interpreter only for YAML.
+  const { RunAborted, runScript } = await import("../operator/engine/engine.ts")
+  const yaml = contentType === "yaml" ? await import("../operator/engine/yaml/interpret.ts") : undefined
+  const store = await opening
   const stop = new AbortController()
   const onSignal = () => {
     if (stop.signal.aborted) process.exit(130)
@@ -52,11 +53,11 @@ export async function runner(file: string, args: string[], settings: RunnerSetti
       limits,
     }
     const result =
-      contentType === "yaml"
+      yaml !== undefined
         ? // No server: versions live as long as the run, and set_pipeline says it needs one.
-          await runYamlPipeline(
+          await yaml.runYamlPipeline(
             run,
-            { ...deps, mockImage: settings.mockImage, versions: memoryVersions() },
+            { ...deps, mockImage: settings.mockImage, versions: yaml.memoryVersions() },
             stop.signal,
           )
         : await runScript({ ...run, filename: file }, deps, stop.signal)
