@@ -1,6 +1,5 @@
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
 import { loadKubeConfig } from "../lib/config/kubeconfig.ts"
-import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
@@ -14,8 +13,10 @@ import { configuredApiServer } from "./server.ts"
  * ready once its stores and the API are up.
  */
 export async function apiserver(settings: ApiServerSettings): Promise<void> {
+  // The log store's writer thread comes online while this thread listens and loads the kubeconfig.
+  const opening = openSqliteLogStore(settings.logStorePath)
+  opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
   const front = httpFront()
-  let store: LogStore | undefined
   let secretStore: SecretStore | undefined
   let api: Awaited<ReturnType<typeof configuredApiServer>> | undefined
   const close = async () => {
@@ -23,12 +24,12 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
     await api?.stop()
     await closeHttp(front.http)
     await secretStore?.close()
-    await store?.close()
+    await (await opening.catch(() => undefined))?.close()
   }
   try {
     const address = await listen(front.http, settings.http.port, settings.http.host)
     const kubeConfig = await loadKubeConfig(settings.kube)
-    store = await openSqliteLogStore(settings.logStorePath)
+    const store = await opening
     // The operator stores the server's --secret values; the API server only opens the store.
     secretStore = await openSqliteSecretStore(settings.secretStore)
     api = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")

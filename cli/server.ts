@@ -26,15 +26,14 @@ const embeddedPrefix = "/k8s"
  * is up. Opened in order, closed in reverse.
  */
 export async function server(settings: ServerSettings): Promise<void> {
-  const embedded =
-    settings.kube.kind === "embedded"
-      ? createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
-      : undefined
+  // The log store's writer thread comes online (50-90 ms) while this thread builds the embedded API and listens.
+  const opening = openSqliteLogStore(settings.logStorePath)
+  opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
+  let embedded: ReturnType<typeof createEmbeddedApi> | undefined
   const front = httpFront({
-    routes: embedded === undefined ? undefined : (req, res) => embedded.handle(req, res),
-    serves: embedded === undefined ? [] : [`the Kubernetes API under ${embeddedPrefix}`],
+    routes: (req, res) => embedded?.handle(req, res) === true,
+    serves: settings.kube.kind === "embedded" ? [`the Kubernetes API under ${embeddedPrefix}`] : [],
   })
-  let store: LogStore | undefined
   let secretStore: SecretStore | undefined
   let operator: Operator | undefined
   let apiServer: Awaited<ReturnType<typeof startApiServer>> | undefined
@@ -52,17 +51,20 @@ export async function server(settings: ServerSettings): Promise<void> {
       await closeHttp(front.http)
       embedded?.close()
       await secretStore?.close()
-      await store?.close()
+      await (await opening.catch(() => undefined))?.close()
     })()
     return closing
   }
   try {
+    if (settings.kube.kind === "embedded") {
+      embedded = createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
+    }
     const address = await listen(front.http, settings.http.port, settings.http.host)
     const kubeConfig = await loadKubeConfig(
       settings.kube,
       `http://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
     )
-    store = await openSqliteLogStore(settings.logStorePath)
+    const store = await opening
     secretStore = await openConfiguredSecretStore(settings)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
     apiServer = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")
