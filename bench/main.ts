@@ -1,11 +1,14 @@
 // npm run bench: runnel's costs against the floors of this machine, each floor
 // measured in the same run, variants interleaved so drift hits both alike.
+// `npm run bench -- startup` (or `node bench/main.ts startup yaml`) runs only the sections named.
 import { execFileSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import Docker from "dockerode"
 import { hostEnvironment } from "../lib/config/flags.ts"
+import { errorMessage } from "../lib/core/errors.ts"
+import { registry } from "../lib/core/registry.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { compileScript } from "../lib/script/compile.ts"
@@ -21,6 +24,7 @@ import { median } from "./median.ts"
 import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
 import { runListBench } from "./run-list.ts"
+import { runStartupBench } from "./startup.ts"
 import { runWebhookBench } from "./webhooks.ts"
 import { runYamlBench } from "./yaml.ts"
 
@@ -158,32 +162,57 @@ async function sandboxStart() {
   )
 }
 
-const docker = new Docker()
-await docker.ping().catch(() => {
-  console.error("npm run bench needs a Docker daemon with the busybox image: run `sudo bash .ci/docker-up`")
+type Shared = { docker: Docker; driver: Driver; store: LogStore }
+
+/** The sections in the order they run; `node bench/main.ts startup api` runs only the ones named. */
+const sections = registry<{ name: string; docker: boolean; run(shared: Shared): unknown }>("bench section", [
+  { name: "sandbox", docker: false, run: () => sandboxStart() },
+  { name: "tasks", docker: true, run: ({ docker, driver, store }) => taskOverhead(docker, driver, store) },
+  { name: "logs", docker: true, run: () => logThroughput() },
+  { name: "yaml", docker: true, run: ({ driver, store }) => runYamlBench(line, driver, store, reps) },
+  { name: "operator", docker: false, run: () => runOperatorBench(line) },
+  { name: "api", docker: false, run: () => runApiBench(line, reps) },
+  { name: "run-list", docker: false, run: () => runListBench(line) },
+  { name: "webhooks", docker: false, run: () => runWebhookBench(line) },
+  {
+    name: "cel",
+    docker: false,
+    run: async () =>
+      line(
+        "cel rule",
+        `${((await benchCel()) / 1e6).toFixed(2)}M eval/s`,
+        "-",
+        "-",
+        "> 1M/s (3-clause RBAC rule, compiled once)",
+      ),
+  },
+  { name: "startup", docker: false, run: () => runStartupBench(line, reps) },
+])
+let chosen: ReturnType<typeof sections.get>[]
+try {
+  chosen =
+    process.argv.length > 2
+      ? process.argv.slice(2).map((name) => sections.get(name))
+      : sections.names().map((name) => sections.get(name))
+} catch (error) {
+  console.error(`npm run bench [SECTION...]: ${errorMessage(error)}`)
   process.exit(2)
-})
+}
+
+const docker = new Docker()
+if (chosen.some((section) => section.docker)) {
+  await docker.ping().catch(() => {
+    console.error("npm run bench needs a Docker daemon with the busybox image: run `sudo bash .ci/docker-up`")
+    process.exit(2)
+  })
+}
 const dir = mkdtempSync(join(tmpdir(), "runnel-bench-"))
 const store = await openSqliteLogStore(join(dir, "runnel.db"))
 const driver = dockerDriverFactory({ host: hostEnvironment().dockerHost }).create({})
 console.log(`runnel bench, ${reps} interleaved reps each, medians; floors measured in this run\n`)
 line("what", "runnel", "floor", "ratio", "target")
 try {
-  await sandboxStart()
-  await taskOverhead(docker, driver, store)
-  logThroughput()
-  await runYamlBench(line, driver, store, reps)
-  await runOperatorBench(line)
-  await runApiBench(line, reps)
-  await runListBench(line)
-  await runWebhookBench(line)
-  line(
-    "cel rule",
-    `${((await benchCel()) / 1e6).toFixed(2)}M eval/s`,
-    "-",
-    "-",
-    "> 1M/s (3-clause RBAC rule, compiled once)",
-  )
+  for (const section of chosen) await section.run({ docker, driver, store })
 } finally {
   await store.close()
   await driver.close()
