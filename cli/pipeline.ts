@@ -79,7 +79,7 @@ export async function runPipeline(
       body,
       detach.signal,
       (headers) => {
-        runPath = headers.get("Location") ?? undefined
+        runPath = headers.location
       },
     )
     for await (const event of events) {
