@@ -1,7 +1,7 @@
 import { type Command, CommanderError, Command as Program } from "commander"
 import { apiserverFlags, apiserverSettings } from "../lib/config/apiserver.ts"
 import { clientFlags, clientSettings } from "../lib/config/client.ts"
-import { parseKeyValues } from "../lib/config/flags.ts"
+import { type FlagSpec, parseKeyValues } from "../lib/config/flags.ts"
 import { operatorFlags, operatorSettings } from "../lib/config/operator.ts"
 import { runnerFlags, runnerSettings } from "../lib/config/runner.ts"
 import { serverFlags, serverSettings } from "../lib/config/server.ts"
@@ -22,38 +22,43 @@ const program = new Program()
   .showHelpAfterError("(run with --help for usage)")
   .exitOverride()
 
-const server = program
-  .command("server")
-  .description(
-    "serve runnel on one machine: the embedded Kubernetes API at /k8s (or the cluster of --kubeconfig), the operator, the API under /api, and the probes /livez, /readyz and /health",
-  )
-addFlags(server, serverFlags)
-server.action(async (options: Options) => {
-  const settings = serverSettings(options, drivers.names())
-  await (await import("./server.ts")).server(settings)
-})
+/**
+ * A serving role: its flag table and description here; on start, its settings (a bad flag fails
+ * before anything heavy loads), then `run` imports the role's code and starts it.
+ */
+function role<S>(
+  name: string,
+  description: string,
+  flags: readonly FlagSpec[],
+  settingsOf: (options: Options, driverNames: readonly string[]) => S,
+  run: (settings: S) => Promise<void>,
+): void {
+  const command = program.command(name).description(description)
+  addFlags(command, flags)
+  command.action(async (options: Options) => run(settingsOf(options, drivers.names())))
+}
 
-const operator = program
-  .command("operator")
-  .description(
-    "run the operator alone against a Kubernetes API (with runnel's CRDs installed): it executes Runs and checks Pipelines",
-  )
-addFlags(operator, operatorFlags)
-operator.action(async (options: Options) => {
-  const settings = operatorSettings(options, drivers.names())
-  await (await import("./operator.ts")).operator(settings)
-})
-
-const apiserver = program
-  .command("apiserver")
-  .description(
-    "serve the REST API under /api and the probes alone, against a Kubernetes API with runnel's CRDs (--kubeconfig, $KUBECONFIG, or the cluster of its Pod)",
-  )
-addFlags(apiserver, apiserverFlags)
-apiserver.action(async (options: Options) => {
-  const settings = apiserverSettings(options, drivers.names())
-  await (await import("./apiserver.ts")).apiserver(settings)
-})
+role(
+  "server",
+  "serve runnel on one machine: the embedded Kubernetes API at /k8s (or the cluster of --kubeconfig), the operator, the API under /api, and the probes /livez, /readyz and /health",
+  serverFlags,
+  serverSettings,
+  async (settings) => (await import("./server.ts")).server(settings),
+)
+role(
+  "operator",
+  "run the operator alone against a Kubernetes API (with runnel's CRDs installed): it executes Runs and checks Pipelines",
+  operatorFlags,
+  operatorSettings,
+  async (settings) => (await import("./operator.ts")).operator(settings),
+)
+role(
+  "apiserver",
+  "serve the REST API under /api and the probes alone, against a Kubernetes API with runnel's CRDs (--kubeconfig, $KUBECONFIG, or the cluster of its Pod)",
+  apiserverFlags,
+  apiserverSettings,
+  async (settings) => (await import("./apiserver.ts")).apiserver(settings),
+)
 
 const runner = program
   .command("runner")

@@ -26,8 +26,12 @@ function freePort(): Promise<number> {
   })
 }
 
-/** bin/runnel server on `port`, with its stdout kept; `listening` resolves at its listening line. */
-function spawnServer(port: number, args: readonly string[] = []) {
+/**
+ * bin/runnel server on a free port chosen here, with its stdout kept; `listening` resolves at its listening
+ * line; `stop()` sends SIGTERM and expects exit 0.
+ */
+async function spawnServer(args: readonly string[] = []) {
+  const port = await freePort()
   const cwd = mkdtempSync(join(dir, "server-"))
   const child = spawn(
     runnelBin,
@@ -47,7 +51,26 @@ function spawnServer(port: number, args: readonly string[] = []) {
     })
   })
   const exited = new Promise<number | null>((resolve) => child.on("exit", resolve))
-  return { child, listening, exited, stdout: () => stdout, stderr: () => stderr }
+  return {
+    port,
+    base: `http://127.0.0.1:${port}`,
+    child,
+    listening,
+    exited,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    async stop() {
+      child.kill("SIGTERM")
+      expect(await exited).toBe(0)
+    },
+  }
+}
+
+/** A server that has printed its listening line. */
+async function readyServer(args: readonly string[] = []) {
+  const server = await spawnServer(args)
+  await server.listening
+  return server
 }
 
 type Seen = { status: number; body: unknown; retryAfter: string | null }
@@ -71,9 +94,8 @@ async function attempt(base: string, method: string, path: string, body?: unknow
 
 describe("runnel server starting", () => {
   it("answers 503 until it is ready and then 201, never 404, to a client polling /health from its first moment", async () => {
-    const port = await freePort()
-    const base = `http://127.0.0.1:${port}`
-    const server = spawnServer(port)
+    const server = await spawnServer()
+    const { base, port } = server
     let lineSeen = false
     void server.listening.then(() => {
       lineSeen = true
@@ -133,27 +155,21 @@ describe("runnel server starting", () => {
     await server.listening
     expect(lineSeen).toBe(true)
     expect(server.stdout()).toMatch(new RegExp(`^runnel: listening on http://127\\.0\\.0\\.1:${port}\\n`))
-    server.child.kill("SIGTERM")
-    expect(await server.exited).toBe(0)
+    await server.stop()
   }, 60_000)
 
   it("is ready by the time it prints its listening line: /readyz 200 and the API answers at once", async () => {
-    const port = await freePort()
-    const base = `http://127.0.0.1:${port}`
-    const server = spawnServer(port)
-    await server.listening
+    const server = await readyServer()
+    const { base } = server
     expect(await call(base, "GET", "/readyz")).toMatchObject({ status: 200, body: { status: "ok" } })
     expect(await call(base, "GET", "/livez")).toMatchObject({ status: 200, body: { status: "ok" } })
     expect((await call(base, "PUT", "/api/pipelines/at-once", { content: script("true") })).status).toBe(201)
-    server.child.kill("SIGTERM")
-    expect(await server.exited).toBe(0)
+    await server.stop()
   }, 60_000)
 
   it("says it is shutting down on /readyz and /health while it drains, and stays live on /livez", async () => {
-    const port = await freePort()
-    const base = `http://127.0.0.1:${port}`
-    const server = spawnServer(port, ["--shutdown-grace", "30s"])
-    await server.listening
+    const server = await readyServer(["--shutdown-grace", "30s"])
+    const { base } = server
     expect((await call(base, "PUT", "/api/pipelines/long", { content: script("sleep 3") })).status).toBe(201)
     const id = (await call(base, "POST", "/api/pipelines/long/trigger")).body.run_id
     await eventually(
@@ -175,17 +191,14 @@ describe("runnel server starting", () => {
   }, 60_000)
 
   it("answers the probes to GET and HEAD only", async () => {
-    const port = await freePort()
-    const base = `http://127.0.0.1:${port}`
-    const server = spawnServer(port)
-    await server.listening
+    const server = await readyServer()
+    const { base } = server
     for (const path of ["/livez", "/readyz", "/health"]) {
       expect((await fetch(`${base}${path}`, { method: "HEAD" })).status).toBe(200)
       const wrong = await call(base, "POST", path, {})
       expect(wrong.status).toBe(405)
       expect(wrong.body.error).toBe(`${path} does not answer POST; it answers GET and HEAD`)
     }
-    server.child.kill("SIGTERM")
-    expect(await server.exited).toBe(0)
+    await server.stop()
   }, 60_000)
 })
