@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto"
 import type { V1OwnerReference } from "@kubernetes/client-node"
+import { formatDuration } from "../lib/core/duration.ts"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { TaskRecord } from "../lib/core/run.ts"
@@ -33,7 +34,7 @@ import {
   type StatusTask,
   withCondition,
 } from "./resources.ts"
-import { formatDuration, RunStatusWriter, statusTask, taskListObserver } from "./run-status.ts"
+import { RunStatusWriter, statusTask, taskListObserver } from "./run-status.ts"
 
 export type RunReconcilerOptions = {
   readonly client: ResourceClient

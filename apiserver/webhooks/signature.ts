@@ -1,4 +1,5 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
+import { formatDuration } from "../../lib/core/duration.ts"
 import { headerValues } from "./request-fields.ts"
 import type { Verification, VerifyOptions, WebhookRequest } from "./webhook-provider.ts"
 
@@ -70,12 +71,15 @@ export function mismatch(what: string): Verification {
 export function checkTimestamp(seconds: number, options: VerifyOptions, what: string): Verification {
   const ageMs = options.now.getTime() - seconds * 1000
   const limit = formatDuration(options.maxAgeMs)
+  // The timestamp has whole seconds, so the age is known to the second: the milliseconds of this server's clock
+  // would say nothing about the sender.
+  const shown = (ms: number) => formatDuration(ms < 1000 ? ms : ms - (ms % 1000))
   if (ageMs > options.maxAgeMs) {
-    return refused(`${what} is ${formatDuration(ageMs)} old; older than ${limit} is refused as a replay`)
+    return refused(`${what} is ${shown(ageMs)} old; older than ${limit} is refused as a replay`)
   }
   if (-ageMs > options.maxAgeMs) {
     return refused(
-      `${what} is ${formatDuration(-ageMs)} in the future; more than ${limit} ahead is refused (check the sender's and this server's clocks)`,
+      `${what} is ${shown(-ageMs)} in the future; more than ${limit} ahead is refused (check the sender's and this server's clocks)`,
     )
   }
   return accepted
@@ -84,24 +88,6 @@ export function checkTimestamp(seconds: number, options: VerifyOptions, what: st
 /** Whole seconds since the epoch: digits only, so "1e9", "0x10" and " 12" are not timestamps. */
 export function parseSeconds(text: string): number | undefined {
   return /^\d{1,12}$/.test(text) ? Number(text) : undefined
-}
-
-/** A duration the way runnel's flags write one: 7m, 1m30s, 2h5m, 3d4h. */
-export function formatDuration(ms: number): string {
-  let seconds = Math.floor(Math.max(0, ms) / 1000)
-  if (seconds === 0) return ms > 0 ? `${Math.max(1, Math.floor(ms))}ms` : "0s"
-  const parts: string[] = []
-  for (const [unit, size] of [
-    ["d", 86_400],
-    ["h", 3600],
-    ["m", 60],
-    ["s", 1],
-  ] as const) {
-    const count = Math.floor(seconds / size)
-    seconds -= count * size
-    if (count > 0) parts.push(`${count}${unit}`)
-  }
-  return parts.join("")
 }
 
 /**
