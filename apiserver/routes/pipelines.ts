@@ -1,6 +1,6 @@
 import Router from "@koa/router"
 import type { Feature } from "../../lib/config/features.ts"
-import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { pipelineScope, type SecretStore } from "../../lib/secrets/secret-store.ts"
 import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
@@ -259,11 +259,7 @@ export function pipelineRoutes({
     }
     if (mode === "webhook") {
       if (!features.includes("webhooks")) {
-        throw new RunnelError(
-          403,
-          "feature_disabled",
-          'the "webhooks" feature is not enabled on this server; start it with --allowed-features naming webhooks',
-        )
+        throw featureDisabled("webhooks")
       }
       const request = simulatedWebhook(body.webhook)
       const pipeline = await found(ctx.params.id ?? "")

@@ -1,5 +1,5 @@
 import Router from "@koa/router"
-import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus, runStatuses } from "../../lib/core/status.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import type { ResourceIndex } from "../resource-index.ts"
@@ -77,11 +77,7 @@ export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): 
 
   router.get("/api/runs/:id/gates", async (ctx) => {
     if (!features.includes("gates")) {
-      throw new RunnelError(
-        403,
-        "feature_disabled",
-        'the "gates" feature is not enabled on this server; start it with --allowed-features naming gates',
-      )
+      throw featureDisabled("gates")
     }
     await found(ctx.params.id ?? "")
     // Gates arrive with their own issue; until then no run has any.

@@ -1,7 +1,7 @@
 import Router from "@koa/router"
 import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
-import { notFound, RunnelError } from "../../lib/core/errors.ts"
+import { featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus } from "../../lib/core/status.ts"
 import { rawBody } from "../body.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
@@ -35,11 +35,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): Router {
 
   router.all("/api/webhooks/:pipeline_id", async (ctx) => {
     if (!deps.features.includes("webhooks")) {
-      throw new RunnelError(
-        403,
-        "feature_disabled",
-        'the "webhooks" feature is not enabled on this server; start it with --allowed-features naming webhooks',
-      )
+      throw featureDisabled("webhooks")
     }
     const body = await rawBody(ctx.req, ctx.get("Content-Length"), deps.maxBodyBytes)
     const key = ctx.params.pipeline_id ?? ""
