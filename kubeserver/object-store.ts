@@ -1,11 +1,12 @@
 import { randomBytes } from "node:crypto"
-import type { StatementSync } from "node:sqlite"
-import { DatabaseSync } from "node:sqlite"
+import type { DatabaseSync, StatementSync } from "node:sqlite"
 import { createKeyFile, keyBytes, readKeyFile } from "../lib/core/key-file.ts"
+import { openDatabase, transaction } from "../lib/sqlite/database.ts"
 import type { KubeObject } from "./object-meta.ts"
 import { secretType, storageResource } from "./resource-types.ts"
 import { SecretCipher } from "./secret-encryption.ts"
 
+const databaseWhat = "the embedded Kubernetes API database"
 const keyFileWhat = (file: string) => `the key file "${file}" of the embedded Kubernetes API`
 
 export type EventType = "ADDED" | "MODIFIED" | "DELETED"
@@ -94,6 +95,14 @@ const aadOf = (resource: string, namespace: string, name: string) => `${resource
 
 type Row = { object: string }
 
+/**
+ * Idempotent statements, run at every open, rather than migrate()'s numbered
+ * steps: migrate() counts steps in `PRAGMA user_version`, one number per file,
+ * and this file may also hold the secret store's tables (--secrets-sqlite-path
+ * naming the same file), whose steps that number counts. A new table or index
+ * is added here with IF NOT EXISTS; a change to an existing one needs a step
+ * of its own, recorded in kube_counters.
+ */
 const schema = `
 CREATE TABLE IF NOT EXISTS kube_objects (
   resource TEXT NOT NULL,
@@ -144,13 +153,13 @@ export class SqliteObjectStore implements ObjectStore {
 
   constructor(options: SqliteObjectStoreOptions) {
     this.#ownsDb = typeof options.db === "string"
-    this.#db = typeof options.db === "string" ? new DatabaseSync(options.db) : options.db
+    // One process writes a database (see ObjectStore), so a lock held by another fails at once rather than waiting.
+    this.#db =
+      typeof options.db === "string"
+        ? openDatabase(options.db, { what: databaseWhat, busyTimeoutMs: 0, synchronous: "NORMAL" })
+        : options.db
     this.#historyLimit = options.historyLimit ?? 10_000
     try {
-      if (this.#ownsDb) {
-        this.#db.exec("PRAGMA journal_mode = WAL")
-        this.#db.exec("PRAGMA synchronous = NORMAL")
-      }
       this.#db.exec(schema)
       this.#version = this.#counter("version")
       this.#compacted = this.#counter("compacted")
@@ -173,8 +182,7 @@ export class SqliteObjectStore implements ObjectStore {
   #encryptPlaintextSecrets() {
     const db = this.#db
     let found = 0
-    db.exec("BEGIN IMMEDIATE")
-    try {
+    transaction(db, () => {
       const objects = db
         .prepare("SELECT namespace, name, object FROM kube_objects WHERE resource = ? AND substr(object, 1, 1) = '{'")
         .all(secretResource) as { namespace: string; name: string; object: string }[]
@@ -204,11 +212,7 @@ export class SqliteObjectStore implements ObjectStore {
         updateEvent.run(seal(row.object), row.previous === null ? null : seal(row.previous), row.version)
         found++
       }
-      db.exec("COMMIT")
-    } catch (error) {
-      db.exec("ROLLBACK")
-      throw error
-    }
+    })
     if (this.#ownsDb && (found > 0 || this.#counter("plaintext_purged") === 0)) {
       // A new database has nothing to purge.
       if (this.#version > 0) {
@@ -371,9 +375,8 @@ export class SqliteObjectStore implements ObjectStore {
     const stored: KubeObject = { ...object, metadata: { ...object.metadata, resourceVersion: String(version) } }
     const key = keyOf(resource, stored)
     const text = this.#encode(resource, key, stored)
-    const db = this.#db
-    db.exec("BEGIN IMMEDIATE")
-    try {
+    const compacted = version - this.#historyLimit
+    transaction(this.#db, () => {
       if (type === "ADDED") {
         this.#sql(
           "INSERT INTO kube_objects (resource, namespace, name, uid, version, object) VALUES (?, ?, ?, ?, ?, ?)",
@@ -415,20 +418,15 @@ export class SqliteObjectStore implements ObjectStore {
       this.#sql(
         "INSERT INTO kube_counters (name, value) VALUES ('version', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
       ).run(version)
-      const compacted = version - this.#historyLimit
       if (compacted > this.#compacted) {
         this.#sql("DELETE FROM kube_events WHERE version <= ?").run(compacted)
         this.#sql(
           "INSERT INTO kube_counters (name, value) VALUES ('compacted', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
         ).run(compacted)
       }
-      db.exec("COMMIT")
-      this.#version = version
-      if (compacted > this.#compacted) this.#compacted = compacted
-    } catch (error) {
-      db.exec("ROLLBACK")
-      throw error
-    }
+    })
+    this.#version = version
+    if (compacted > this.#compacted) this.#compacted = compacted
     const event: StoredEvent = { type, version, ...key, object: stored, previous }
     for (const listener of [...this.#listeners]) {
       try {
@@ -533,19 +531,14 @@ function openCipher(db: DatabaseSync, options: SqliteObjectStoreOptions): Secret
   const cipher = new SecretCipher(key)
   let sealed = existing
   if (sealed === undefined) {
-    db.exec("BEGIN IMMEDIATE")
-    try {
-      // Another process may have stored one meanwhile: check against that one.
-      sealed = readCheck()
-      if (sealed === undefined) {
-        sealed = cipher.seal(keyCheckText, keyCheckAad)
-        db.prepare("INSERT INTO kube_key_check (id, sealed) VALUES (1, ?)").run(sealed)
-      }
-      db.exec("COMMIT")
-    } catch (error) {
-      db.exec("ROLLBACK")
-      throw error
-    }
+    // Another process may have stored one meanwhile: check against that one.
+    sealed = transaction(db, () => {
+      const stored = readCheck()
+      if (stored !== undefined) return stored
+      const fresh = cipher.seal(keyCheckText, keyCheckAad)
+      db.prepare("INSERT INTO kube_key_check (id, sealed) VALUES (1, ?)").run(fresh)
+      return fresh
+    })
   }
   let opened: string | undefined
   try {

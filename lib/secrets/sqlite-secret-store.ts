@@ -1,8 +1,9 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes, randomUUID } from "node:crypto"
 import { chmodSync, closeSync, fsyncSync, linkSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs"
-import { DatabaseSync, type StatementSync } from "node:sqlite"
+import type { DatabaseSync, StatementSync } from "node:sqlite"
 import { badRequest, errorMessage, RunnelError, SystemError } from "../core/errors.ts"
 import { createKeyFile, keyBytes, readKeyFile } from "../core/key-file.ts"
+import { migrate, openDatabase, transaction } from "../sqlite/database.ts"
 import { assertSecretEntry, assertSecretScope, type SecretStore } from "./secret-store.ts"
 
 export type SqliteSecretStoreOptions = {
@@ -14,10 +15,7 @@ export type SqliteSecretStoreOptions = {
   keyFile?: string
 }
 
-/**
- * Schema steps, applied in order; `PRAGMA user_version` counts the steps a
- * file has. Append new steps, never edit one that has shipped.
- */
+/** Schema steps for migrate(): append new steps, never edit one that has shipped. */
 const migrations: readonly string[] = [
   `CREATE TABLE secrets (
      scope TEXT NOT NULL,
@@ -63,16 +61,11 @@ export async function openSqliteSecretStore(options: SqliteSecretStoreOptions): 
   if (passphrase !== undefined && options.keyFile !== undefined) {
     throw badRequest("give the secret store a passphrase or a key file, not both")
   }
-  let db: DatabaseSync
-  try {
-    db = new DatabaseSync(path, { timeout: busyTimeoutMs })
-  } catch (error) {
-    throw new SystemError(`cannot open the secret store "${path}": ${errorMessage(error)}`, { cause: error })
-  }
+  // FULL: secrets are written rarely, and one set must not be lost to a power cut.
+  const db = openDatabase(path, { what: "the secret store", busyTimeoutMs, synchronous: "FULL" })
   let key: Buffer | undefined
   try {
-    db.exec("PRAGMA journal_mode = WAL")
-    migrate(db)
+    migrate(db, migrations)
     const opened = chooseKey(db, options)
     key = opened.key
     checkKey(db, opened.key, opened.source, options)
@@ -80,30 +73,6 @@ export async function openSqliteSecretStore(options: SqliteSecretStoreOptions): 
   } catch (error) {
     key?.fill(0)
     db.close()
-    throw error
-  }
-}
-
-function migrate(db: DatabaseSync): void {
-  const version = () => Number(db.prepare("PRAGMA user_version").get()?.user_version ?? 0)
-  if (version() >= migrations.length) return
-  // IMMEDIATE: two processes opening a new file at once take turns, and the second sees the first's steps.
-  transaction(db, () => {
-    for (let step = version(); step < migrations.length; step++) {
-      db.exec(migrations[step] ?? "")
-      db.exec(`PRAGMA user_version = ${step + 1}`)
-    }
-  })
-}
-
-function transaction<T>(db: DatabaseSync, work: () => T): T {
-  db.exec("BEGIN IMMEDIATE")
-  try {
-    const result = work()
-    db.exec("COMMIT")
-    return result
-  } catch (error) {
-    db.exec("ROLLBACK")
     throw error
   }
 }
