@@ -1,6 +1,6 @@
-import { randomBytes } from "node:crypto"
 import type { DatabaseSync, StatementSync } from "node:sqlite"
-import { createKeyFile, keyBytes, readKeyFile } from "../lib/core/key-file.ts"
+import { keyFromFile } from "../lib/crypto/key-file.ts"
+import { randomKey } from "../lib/crypto/sealer.ts"
 import { openDatabase, transaction } from "../lib/sqlite/database.ts"
 import type { KubeObject } from "./object-meta.ts"
 import { secretType, storageResource } from "./resource-types.ts"
@@ -88,8 +88,6 @@ export type SqliteObjectStoreOptions = {
 
 /** Where core v1 Secrets are kept: the only kind whose bodies are encrypted at rest. */
 const secretResource = storageResource(secretType)
-const keyCheckText = "runnel embedded Kubernetes API key check"
-const keyCheckAad = "kube_key_check"
 /** Additional authenticated data of a stored body: its storage key, namespace and name (none of which holds a "/"). */
 const aadOf = (resource: string, namespace: string, name: string) => `${resource}/${namespace}/${name}`
 
@@ -515,40 +513,34 @@ function openCipher(db: DatabaseSync, options: SqliteObjectStoreOptions): Secret
     key = options.secretKey
     source = "the secretKey option"
   } else if (inMemory) {
-    key = randomBytes(keyBytes)
+    key = randomKey()
     source = "a random in-memory key"
   } else {
     const keyFile = `${location}.key`
     source = `the key file "${keyFile}"`
-    const read = readKeyFile(keyFile, keyFileWhat)
-    if (read !== undefined) key = read
-    else if (existing !== undefined)
-      throw new Error(
-        `cannot open the embedded Kubernetes API database "${location}": its Secrets are encrypted with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt them)`,
-      )
-    else key = createKeyFile(keyFile, keyFileWhat)
-  }
-  const cipher = new SecretCipher(key)
-  let sealed = existing
-  if (sealed === undefined) {
-    // Another process may have stored one meanwhile: check against that one.
-    sealed = transaction(db, () => {
-      const stored = readCheck()
-      if (stored !== undefined) return stored
-      const fresh = cipher.seal(keyCheckText, keyCheckAad)
-      db.prepare("INSERT INTO kube_key_check (id, sealed) VALUES (1, ?)").run(fresh)
-      return fresh
+    key = keyFromFile(keyFile, keyFileWhat, {
+      mayCreate: existing === undefined,
+      missing: () =>
+        new Error(
+          `cannot open the embedded Kubernetes API database "${location}": its Secrets are encrypted with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt them)`,
+        ),
     })
   }
-  let opened: string | undefined
-  try {
-    opened = cipher.unseal(sealed, keyCheckAad)
-  } catch {
-    opened = undefined
-  }
-  if (opened !== keyCheckText)
+  const cipher = new SecretCipher(key)
+  const matches = cipher.matchesKeyCheck(existing, (fresh) =>
+    // Another process may have stored one meanwhile: check against that one.
+    transaction(db, () => {
+      const stored = readCheck()
+      if (stored !== undefined) return stored
+      db.prepare("INSERT INTO kube_key_check (id, sealed) VALUES (1, ?)").run(fresh)
+      return fresh
+    }),
+  )
+  if (!matches) {
+    cipher.close()
     throw new Error(
       `cannot open the embedded Kubernetes API database "${location ?? ":memory:"}": its Secrets were encrypted with another key than ${source}`,
     )
+  }
   return cipher
 }
