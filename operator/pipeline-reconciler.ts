@@ -1,9 +1,10 @@
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { Informer } from "../lib/kube/informer.ts"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import { kubeTime, type PipelineObject, type PipelineSpec, withCondition } from "../lib/kube/resources.ts"
+import { contentTypeOf } from "../lib/script/content-type.ts"
 import { checkPipelineContent } from "./pipeline-check.ts"
-import type { ResourceClient } from "./resource-client.ts"
-import { contentTypeOf, kubeTime, type PipelineObject, type PipelineSpec, withCondition } from "./resources.ts"
 import { declaredSchedules, syncSchedules } from "./schedules.ts"
 
 /** How many past generations of each pipeline are kept in memory for queued Runs that name them. */
