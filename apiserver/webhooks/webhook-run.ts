@@ -1,6 +1,6 @@
 import { webhookBodyAttachment } from "../../lib/core/webhook-request.ts"
+import type { RunWebhook } from "../../lib/kube/resources.ts"
 import type { NewRun } from "../new-run.ts"
-import type { RunWebhook } from "../resources.ts"
 import { detectProvider, type WebhookRequest } from "./providers.ts"
 
 /** Bodies above this stay out of the Run (its whole object is limited to about 1.5 MiB in etcd). */
