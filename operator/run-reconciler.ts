@@ -8,7 +8,22 @@ import { type FinalRunStatus, runExitCode } from "../lib/core/status.ts"
 import { consoleTaskPath } from "../lib/core/task-path.ts"
 import { type WebhookRequest, type WebhookResponse, webhookBodyAttachment } from "../lib/core/webhook-request.ts"
 import type { Informer } from "../lib/kube/informer.ts"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import {
+  type Condition,
+  isFinal,
+  kubeTime,
+  type PipelineObject,
+  type PipelineSpec,
+  pipelineOwnerReference,
+  type RunObject,
+  type RunStatusFields,
+  runAnnotations,
+  type StatusTask,
+  withCondition,
+} from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
+import { contentTypeOf } from "../lib/script/content-type.ts"
 import { scriptFilename } from "../lib/script/pipeline-check.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import type { DriverPool } from "./driver-pool.ts"
@@ -19,21 +34,6 @@ import { runYamlPipeline } from "./engine/yaml/interpret.ts"
 import { JobSlots } from "./job-slots.ts"
 import type { PipelineGenerations } from "./pipeline-reconciler.ts"
 import { pipelineVersions } from "./pipeline-versions.ts"
-import type { ResourceClient } from "./resource-client.ts"
-import {
-  type Condition,
-  contentTypeOf,
-  isFinal,
-  kubeTime,
-  type PipelineObject,
-  type PipelineSpec,
-  type RunObject,
-  type RunStatusFields,
-  runAnnotations,
-  runnelApiVersion,
-  type StatusTask,
-  withCondition,
-} from "./resources.ts"
 import { RunStatusWriter, statusTask, taskListObserver } from "./run-status.ts"
 
 export type RunReconcilerOptions = {
@@ -495,10 +495,7 @@ function ownerReferences(run: RunObject, pipeline: PipelineObject): V1OwnerRefer
   return [
     ...existing,
     {
-      apiVersion: runnelApiVersion,
-      kind: "Pipeline",
-      name: pipeline.metadata?.name ?? "",
-      uid,
+      ...pipelineOwnerReference(pipeline),
       controller: !existing.some((owner) => owner.controller === true),
     },
   ]
