@@ -1,10 +1,10 @@
 import type { Feature } from "../lib/config/features.ts"
 import { badRequest } from "../lib/core/errors.ts"
+import type { PipelineSpec } from "../lib/kube/resources.ts"
 import { inferContentType } from "../lib/script/content-type.ts"
 import { contentProblem } from "../lib/script/pipeline-check.ts"
 import { assertSecretEntry } from "../lib/secrets/secret-store.ts"
 import { onlyFields } from "./body.ts"
-import type { PipelineSpec } from "./resources.ts"
 
 /** The fields of a PUT or POST pipeline body besides `name` (contract.md section 4). */
 export const pipelineFields = [

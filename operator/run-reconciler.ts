@@ -6,8 +6,22 @@ import type { RunResult, TaskRecord } from "../lib/core/run.ts"
 import type { FinalRunStatus } from "../lib/core/status.ts"
 import { type WebhookRequest, type WebhookResponse, webhookBodyAttachment } from "../lib/core/webhook-request.ts"
 import type { Informer } from "../lib/kube/informer.ts"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import {
+  type Condition,
+  isFinal,
+  kubeTime,
+  type PipelineObject,
+  type PipelineSpec,
+  pipelineOwnerReference,
+  type RunObject,
+  type RunStatusFields,
+  runAnnotations,
+  type StatusTask,
+  withCondition,
+} from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
-import type { ContentType } from "../lib/script/content-type.ts"
+import { type ContentType, contentTypeOf } from "../lib/script/content-type.ts"
 import { scriptFilename } from "../lib/script/pipeline-check.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import type { DriverPool } from "./driver-pool.ts"
@@ -21,21 +35,6 @@ import { RunAborted, type RunEnding, settle } from "./engine/settle.ts"
 import { JobSlots } from "./job-slots.ts"
 import type { PipelineGenerations } from "./pipeline-reconciler.ts"
 import { pipelineVersions } from "./pipeline-versions.ts"
-import type { ResourceClient } from "./resource-client.ts"
-import {
-  type Condition,
-  contentTypeOf,
-  isFinal,
-  kubeTime,
-  type PipelineObject,
-  type PipelineSpec,
-  type RunObject,
-  type RunStatusFields,
-  runAnnotations,
-  runnelApiVersion,
-  type StatusTask,
-  withCondition,
-} from "./resources.ts"
 import { formatDuration, RunStatusWriter, statusTask, taskListObserver } from "./run-status.ts"
 
 export type RunReconcilerOptions = {
@@ -517,10 +516,7 @@ function ownerReferences(run: RunObject, pipeline: PipelineObject): V1OwnerRefer
   return [
     ...existing,
     {
-      apiVersion: runnelApiVersion,
-      kind: "Pipeline",
-      name: pipeline.metadata?.name ?? "",
-      uid,
+      ...pipelineOwnerReference(pipeline),
       controller: !existing.some((owner) => owner.controller === true),
     },
   ]

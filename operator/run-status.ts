@@ -2,8 +2,8 @@ import { ApiException } from "@kubernetes/client-node"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { TaskRecord } from "../lib/core/run.ts"
+import type { RunStatusFields, StatusTask } from "../lib/kube/resources.ts"
 import type { RunObserver } from "./engine/run-observer.ts"
-import type { RunStatusFields, StatusTask } from "./resources.ts"
 
 /** Writes one Run's status; resolves false when the Run is gone. */
 export type StatusWrite = (status: RunStatusFields) => Promise<boolean>

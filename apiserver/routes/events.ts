@@ -4,18 +4,19 @@ import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
 import { type FinalRunStatus, isFinalRunStatus, runExitCode } from "../../lib/core/status.ts"
+import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { assertSecretEntry } from "../../lib/secrets/secret-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
+import { isResourceName } from "../find-pipeline.ts"
 import { createRun, type NewRunDeps } from "../new-run.ts"
 import type { RunIndex } from "../resource-index.ts"
-import { isResourceName, type Resources } from "../resources.ts"
 import { openSse, type SseWriter } from "../sse.ts"
 
 export type EventRoutesDeps = NewRunDeps & {
   /** `secrets` gates a run's global secrets. */
   features: readonly Feature[]
-  resources: Pick<Resources, "getRun">
+  resources: Pick<ResourceClient, "getRun">
   logs: Pick<LogStore, "readChunks" | "attach">
   log: Log
   /** How often a follower looks for new output while the run is quiet. */

@@ -1,6 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
 import { headerValues } from "./request-fields.ts"
-import type { Verification, VerifyOptions, WebhookRequest } from "./webhook-provider.ts"
+import type { IncomingWebhook, Verification, VerifyOptions } from "./webhook-provider.ts"
 
 export const accepted: Verification = Object.freeze({ ok: true })
 export const refused = (message: string): Verification => ({ ok: false, message })
@@ -46,7 +46,7 @@ export function tokenMatches(token: string, secret: string): boolean {
  * A repeated header is refused rather than guessed at: which copy is the
  * genuine one is not for us to pick. `display` is the header's usual spelling.
  */
-export function oneHeader(request: WebhookRequest, name: string, display: string): string | Verification {
+export function oneHeader(request: IncomingWebhook, name: string, display: string): string | Verification {
   const values = headerValues(request, name)
   if (values.length === 0) return refused(`the ${display} header is missing`)
   if (values.length > 1) return refused(`the ${display} header was sent ${values.length} times; send it once`)
@@ -109,7 +109,7 @@ export function formatDuration(ms: number): string {
  * (GitHub and Bitbucket with prefix "sha256=", Linear and Sentry with none).
  */
 export function verifyBodyHmac(
-  request: WebhookRequest,
+  request: IncomingWebhook,
   secret: string,
   header: { name: string; display: string; prefix: string },
 ): Verification {
