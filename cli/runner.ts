@@ -9,8 +9,9 @@ import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
-import { RunAborted, runScript } from "../operator/engine/engine.ts"
-import { memoryVersions, runYamlPipeline } from "../operator/engine/yaml/interpret.ts"
+import { engineFor } from "../operator/engine/pipeline-engine.ts"
+import { RunAborted } from "../operator/engine/settle.ts"
+import { memoryVersions } from "../operator/engine/yaml/interpret.ts"
 import { driverRegistry } from "./drivers.ts"
 import { addFlags, mockImageFlag } from "./flags.ts"
 import { TerminalObserver } from "./terminal-observer.ts"
@@ -80,6 +81,7 @@ async function runner(file: string, args: string[], options: Record<string, unkn
       // Per file, so that two pipeline files do not share caches (their keys start with the pipeline id).
       pipelineId: localPipelineId(file),
       pipelineName: basename(file, extname(file)),
+      filename: file,
       source,
       triggeredBy: "manual" as const,
       args,
@@ -91,16 +93,11 @@ async function runner(file: string, args: string[], options: Record<string, unkn
       secrets: staticSecrets(secrets),
       observer: new TerminalObserver(process.stdout, process.stderr),
       limits,
+      mockImage: String(flags["mock-image"]),
+      // No server: versions live as long as the run, and set_pipeline says it needs one.
+      versions: memoryVersions(),
     }
-    const result =
-      contentType === "yaml"
-        ? // No server: versions live as long as the run, and set_pipeline says it needs one.
-          await runYamlPipeline(
-            run,
-            { ...deps, mockImage: String(flags["mock-image"]), versions: memoryVersions() },
-            stop.signal,
-          )
-        : await runScript({ ...run, filename: file }, deps, stop.signal)
+    const result = await engineFor(contentType).run(run, deps, stop.signal)
     return result.code
   } finally {
     process.off("SIGINT", onSignal)

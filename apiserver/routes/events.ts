@@ -3,9 +3,8 @@ import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
-import { isFinalRunStatus } from "../../lib/core/status.ts"
+import { type FinalRunStatus, isFinalRunStatus, runExitCode } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
-import type { RunObject } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { assertSecretEntry } from "../../lib/secrets/secret-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
@@ -146,7 +145,8 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   const pollMs = deps.pollMs ?? defaultPollMs
   let wait = pollMs
   let cursor = afterId
-  let ended: RunObject | "deleted" | undefined
+  /** The Run's status once seen final; "deleted" when the Run went away first. */
+  let ended: { phase: FinalRunStatus; code?: number | null; message?: string } | "deleted" | undefined
   while (!sse.signal.aborted) {
     const chunks = deps.logs.readChunks(runId, cursor, readBatch)
     for (const chunk of chunks) {
@@ -162,8 +162,9 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
     if (ended !== undefined) break
     // The watched index costs no request; a Run it has not seen yet is asked for.
     const run = deps.index.runs.get(runId) ?? (await deps.resources.getRun(runId))
+    const phase = run?.status?.phase
     if (run === undefined) ended = "deleted"
-    else if (isFinalRunStatus(run.status?.phase)) ended = run
+    else if (isFinalRunStatus(phase)) ended = { ...run.status, phase }
     else {
       // The Run's next change (its final phase, say) ends the wait at once; quiet output backs off.
       await nextChange(deps.index.runs, runId, wait, sse.signal)
@@ -172,12 +173,12 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   }
   if (ended === undefined || sse.signal.aborted) return
   if (ended === "deleted") {
+    // Deleting a Run stops it (the operator aborts it): the stream ends as a stopped run's does.
     await sse.send({ event: "error", message: `run "${runId}" was deleted before it finished` })
-    await sse.send({ event: "exit", code: 1, run_id: runId })
+    await sse.send({ event: "exit", code: runExitCode("aborted"), run_id: runId })
     return
   }
-  const phase = ended.status?.phase
-  if (phase === "error") await sse.send({ event: "error", message: ended.status?.message || "the run failed" })
-  const code = ended.status?.code ?? (phase === "success" ? 0 : 1)
-  await sse.send({ event: "exit", code, run_id: runId })
+  // What the Run's status says: the operator settled its code with runExitCode, which stands in only for a status without one.
+  if (ended.phase === "error") await sse.send({ event: "error", message: ended.message || "the run failed" })
+  await sse.send({ event: "exit", code: ended.code ?? runExitCode(ended.phase), run_id: runId })
 }
