@@ -85,5 +85,5 @@ export function scheduleName(pipeline: string, job: string): string {
     .toLowerCase()
     .replace(/[^a-z0-9-]+/g, "-")
     .replace(/^-+|-+$/g, "")
-  return `${pipeline}-${cleaned}`.slice(0, 63 - 9).replace(/-+$/, "") + `-${hash}`
+  return `${`${pipeline}-${cleaned}`.slice(0, 63 - 9).replace(/-+$/, "")}-${hash}`
 }

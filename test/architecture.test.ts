@@ -148,7 +148,8 @@ import { openStore } from "../lib/logs/sqlite-log-store.ts"`,
     expect(check({ "lib/core/status.ts": `export { serve } from "../../apiserver/app.ts"` }).join("\n")).toContain(
       "direction: lib/core/status.ts -> apiserver/app.ts",
     )
-    expect(check({ "operator/run.ts": "const m = await import(`./drivers/${name}.ts`)" }).join("\n")).toContain(
+    const computed = ["const m = await import(`./drivers/$", "{name}.ts`)"].join("")
+    expect(check({ "operator/run.ts": computed }).join("\n")).toContain(
       "dynamic-import: operator/run.ts imports a computed name",
     )
   })

@@ -6,10 +6,10 @@ import type { Log } from "../../lib/core/log.ts"
 import { type FinalRunStatus, isFinalRunStatus, runExitCode } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
-import { assertSecretEntry } from "../../lib/secrets/secret-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import { isResourceName } from "../find-pipeline.ts"
 import { createRun, type NewRunDeps } from "../new-run.ts"
+import { secretMapOf } from "../pipeline-body.ts"
 import type { RunIndex } from "../resource-index.ts"
 import { openSse, type SseWriter } from "../sse.ts"
 
@@ -68,7 +68,7 @@ export function eventRoutes(deps: EventRoutesDeps): Router {
     const run = await createRun(deps, ctx.params.name ?? "", {
       type: given ?? (args.length > 0 ? "args" : "manual"),
       args: args as string[],
-      globalSecrets: globalSecretsOf(body.global_secrets, deps.features),
+      globalSecrets: secretMapOf("global_secrets", body.global_secrets, deps.features),
     })
     const id = run.metadata?.name ?? ""
     // The run's id before any event: a client that detaches can still name the run.
@@ -77,21 +77,6 @@ export function eventRoutes(deps: EventRoutesDeps): Router {
   })
 
   return router
-}
-
-/** `global_secrets`: secrets this run sees as global ones (`runnel pipeline run --global-secret`). */
-function globalSecretsOf(value: unknown, features: readonly Feature[]): Record<string, string> {
-  if (value === undefined || value === null) return {}
-  if (!features.includes("secrets")) {
-    throw badRequest(
-      'global_secrets are refused: the "secrets" feature is not enabled on this server (--allowed-features)',
-    )
-  }
-  if (typeof value !== "object" || Array.isArray(value)) {
-    throw badRequest('"global_secrets" must be an object of names to string values, for example {"API_TOKEN": "..."}')
-  }
-  for (const [key, secret] of Object.entries(value)) assertSecretEntry(key, secret)
-  return value as Record<string, string>
 }
 
 /** Resolves on the next change of Run `id` in the index, after `ms`, or when `signal` aborts, whichever is first. */
