@@ -3,6 +3,7 @@ import Koa, { type Middleware } from "koa"
 import type { Feature } from "../lib/config/features.ts"
 import { RunnelError } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
+import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { AuditLog } from "./audit.ts"
@@ -10,17 +11,23 @@ import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
-import { kubeResources, type Resources } from "./resources.ts"
-import { eventRoutes } from "./routes/events.ts"
+import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { metaRoutes } from "./routes/meta.ts"
-import { pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
-import { pipelineRoutes } from "./routes/pipelines.ts"
-import { runRoutes } from "./routes/runs.ts"
-import { webhookRoutes } from "./routes/webhooks.ts"
+import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
+import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
+import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
+import { type WebhookRoutesDeps, webhookRoutes } from "./routes/webhooks.ts"
 
 export type ApiServerDeps = {
-  /** The Pipeline and Run resources of the server's namespace (kubeResources() over client-node). */
-  resources: Resources
+  /**
+   * The calls on the resources of the server's namespace and on webhook Secrets (a ResourceClient),
+   * as many as its routes name: specs and Secrets, never a status.
+   */
+  resources: PipelineRoutesDeps["resources"] &
+    PipelineSecretRoutesDeps["resources"] &
+    RunRoutesDeps["resources"] &
+    EventRoutesDeps["resources"] &
+    WebhookRoutesDeps["resources"]
   /** The same resources as the watch keeps them, with this server's writes applied at once. */
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
@@ -93,12 +100,13 @@ export async function startApiServer(
   deps: Omit<ApiServerDeps, "resources" | "index" | "own"> & { kubeConfig: KubeConfig; namespace: string },
 ): Promise<{ callback: ReturnType<Koa["callback"]>; stop(): Promise<void> }> {
   const own = new OwnWrites()
+  const resources = new ResourceClient(deps.kubeConfig, deps.namespace)
   const index = await startResourceIndex({
     kubeConfig: deps.kubeConfig,
-    namespace: deps.namespace,
+    client: resources,
     log: deps.log,
     pipelineHandlers: auditForeignChanges(deps.audit, own),
   })
-  const app = createApiServer({ ...deps, resources: kubeResources(deps.kubeConfig, deps.namespace), index, own })
+  const app = createApiServer({ ...deps, resources, index, own })
   return { callback: app.callback(), stop: () => index.stop() }
 }

@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from "node:util"
+import type { PipelineObject, PipelineSpec } from "../lib/kube/resources.ts"
 import { type AuditEntry, type AuditLog, kubernetesActor } from "./audit.ts"
 import type { IndexHandlers } from "./resource-index.ts"
-import type { PipelineResource, PipelineSpec } from "./resources.ts"
 import { updatedAtAnnotation } from "./views.ts"
 
 /** Writes remembered at most; one whose watch event never came (a relist skipped it) is dropped in time. */
@@ -32,7 +32,7 @@ export class OwnWrites {
   }
 
   /** True, once, for the watch event of a write stamped here. */
-  claimWrite(pipeline: PipelineResource): boolean {
+  claimWrite(pipeline: PipelineObject): boolean {
     const key = `${pipeline.metadata?.name ?? ""}@${pipeline.metadata?.annotations?.[updatedAtAnnotation] ?? ""}`
     const count = this.#stamps.get(key)
     if (count === undefined) return false
@@ -53,8 +53,8 @@ export class OwnWrites {
  * API records one (a cluster's managedFields name the client, not the user).
  * Status changes (the operator's Ready condition) are no change of the pipeline.
  */
-export function auditForeignChanges(audit: AuditLog, own: OwnWrites): IndexHandlers<PipelineResource> {
-  const entry = (event: AuditEntry["event"], pipeline: PipelineResource, extra: Partial<AuditEntry> = {}) =>
+export function auditForeignChanges(audit: AuditLog, own: OwnWrites): IndexHandlers<PipelineObject> {
+  const entry = (event: AuditEntry["event"], pipeline: PipelineObject, extra: Partial<AuditEntry> = {}) =>
     audit({
       event,
       pipeline: pipeline.metadata?.name ?? "",
@@ -83,7 +83,7 @@ export function auditForeignChanges(audit: AuditLog, own: OwnWrites): IndexHandl
 }
 
 /** The field manager of the newest write to the object itself (not its status), as a cluster records it. */
-function actorOf(pipeline: PipelineResource): string {
+function actorOf(pipeline: PipelineObject): string {
   const writes = (pipeline.metadata?.managedFields ?? []).filter((entry) => entry.subresource === undefined)
   const newest = writes.sort((a, b) => String(b.time ?? "").localeCompare(String(a.time ?? "")))[0]
   return newest?.manager === undefined ? kubernetesActor : `${kubernetesActor}:${newest.manager}`

@@ -1,20 +1,23 @@
 import { randomBytes } from "node:crypto"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
-import type { LogStore } from "../lib/logs/log-store.ts"
-import { runScope, type SecretStore } from "../lib/secrets/secret-store.ts"
-import type { ResourceIndex } from "./resource-index.ts"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import {
-  findPipeline,
-  type PipelineResource,
-  type Resources,
-  type RunResource,
+  type PipelineObject,
+  pipelineLabel,
+  pipelineOwnerReference,
+  type RunObject,
   type RunTrigger,
+  type RunTriggerType,
   type RunWebhook,
   runnelApiVersion,
-} from "./resources.ts"
+} from "../lib/kube/resources.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import { runScope, type SecretStore } from "../lib/secrets/secret-store.ts"
+import { findPipeline } from "./find-pipeline.ts"
+import type { ResourceIndex } from "./resource-index.ts"
 
 export type NewRunDeps = {
-  resources: Pick<Resources, "getPipeline" | "createRun">
+  resources: Pick<ResourceClient, "getPipeline" | "createRun">
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Where a run's own global secrets wait for it. */
   secrets: Pick<SecretStore, "set" | "deleteScope">
@@ -26,7 +29,7 @@ export type NewRunDeps = {
 
 /** What starts a run: spec.trigger of the Run, and what waits for it outside the Run. */
 export type NewRun = {
-  type: string
+  type: RunTriggerType
   args: string[]
   /** Who or what started it; `anonymous` until authentication arrives. */
   by?: string
@@ -42,7 +45,7 @@ export type NewRun = {
  * POST /api/pipelines/:id/trigger does: 404 for an unknown pipeline, 409 when
  * it is paused, 503 when the queue is full, all before anything is created.
  */
-export async function createRun(deps: NewRunDeps, key: string, run: NewRun): Promise<RunResource> {
+export async function createRun(deps: NewRunDeps, key: string, run: NewRun): Promise<RunObject> {
   const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
   if (pipeline === undefined) throw notFound("pipeline", key)
   refuseIfPaused(pipeline)
@@ -50,7 +53,7 @@ export async function createRun(deps: NewRunDeps, key: string, run: NewRun): Pro
 }
 
 /** 409 for a paused pipeline: it refuses runs, triggers and webhooks (contract.md section 4). */
-export function refuseIfPaused(pipeline: PipelineResource): void {
+export function refuseIfPaused(pipeline: PipelineObject): void {
   const name = pipeline.metadata?.name ?? ""
   if (pipeline.spec.paused === true) {
     throw new RunnelError(
@@ -64,9 +67,9 @@ export function refuseIfPaused(pipeline: PipelineResource): void {
 /** Creates the Run of a pipeline already found and checked; 503 when the queue is full. */
 export function admitRun(
   { resources, index, secrets, logs, maxQueueSize }: NewRunDeps,
-  pipeline: PipelineResource,
+  pipeline: PipelineObject,
   run: NewRun,
-): Promise<RunResource> {
+): Promise<RunObject> {
   const name = pipeline.metadata?.name ?? ""
   // Count and create under one lock: two triggers never both see room for one more Run.
   return admitted(resources, async () => {
@@ -92,10 +95,8 @@ export function admitRun(
         kind: "Run",
         metadata: {
           name: id,
-          labels: { "runnel.dev/pipeline": name },
-          ownerReferences: [
-            { apiVersion: runnelApiVersion, kind: "Pipeline", name, uid: pipeline.metadata?.uid ?? "" },
-          ],
+          labels: { [pipelineLabel]: name },
+          ownerReferences: [pipelineOwnerReference(pipeline)],
         },
         spec: { pipelineRef: { name }, trigger },
       })

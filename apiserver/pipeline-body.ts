@@ -1,10 +1,10 @@
 import type { Feature } from "../lib/config/features.ts"
 import { badRequest } from "../lib/core/errors.ts"
+import type { PipelineSpec } from "../lib/kube/resources.ts"
 import { inferContentType } from "../lib/script/content-type.ts"
 import { contentProblem } from "../lib/script/pipeline-check.ts"
 import { assertSecretEntry } from "../lib/secrets/secret-store.ts"
 import { onlyFields } from "./body.ts"
-import type { PipelineSpec } from "./resources.ts"
 
 /** The fields of a PUT or POST pipeline body besides `name` (contract.md section 4). */
 export const pipelineFields = [
@@ -70,7 +70,7 @@ export async function pipelineWrite(
     spec.rbacExpression = rbac
   }
   const webhookSecret = webhookSecretOf(body.webhook_secret, rules.features)
-  const secrets = secretsOf(body.secrets, rules.features)
+  const secrets = secretMapOf("secrets", body.secrets, rules.features, "; store the pipeline without them")
   // Refused at store time with the compiler's or validator's message, so broken content never reaches a run.
   const problem = await contentProblem(name, spec.contentType ?? "ts", content)
   if (problem !== undefined) throw badRequest(problem)
@@ -98,19 +98,27 @@ function webhookSecretOf(value: unknown, features: readonly Feature[]): string |
   return value
 }
 
-function secretsOf(value: unknown, features: readonly Feature[]): Record<string, string> {
+/**
+ * A map of secret names to values in a body (`secrets`, `global_secrets`):
+ * refused while the "secrets" feature is off, checked entry by entry.
+ */
+export function secretMapOf(
+  field: "secrets" | "global_secrets",
+  value: unknown,
+  features: readonly Feature[],
+  advice = "",
+): Record<string, string> {
   if (value === undefined || value === null) return {}
   if (!features.includes("secrets")) {
     throw badRequest(
-      'secrets are refused: the "secrets" feature is not enabled on this server (--allowed-features); store the pipeline without them',
+      `${field} are refused: the "secrets" feature is not enabled on this server (--allowed-features)${advice}`,
     )
   }
   if (typeof value !== "object" || Array.isArray(value)) {
-    throw badRequest('"secrets" must be an object of names to string values, for example {"API_TOKEN": "..."}')
+    throw badRequest(`"${field}" must be an object of names to string values, for example {"API_TOKEN": "..."}`)
   }
-  const secrets = value as Record<string, unknown>
-  for (const [key, secret] of Object.entries(secrets)) assertSecretEntry(key, secret)
-  return secrets as Record<string, string>
+  for (const [key, secret] of Object.entries(value)) assertSecretEntry(key, secret)
+  return value as Record<string, string>
 }
 
 function driverOf(driver: unknown, rules: PipelineBodyRules): string {

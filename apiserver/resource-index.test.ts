@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest"
+import type { RunObject } from "../lib/kube/resources.ts"
 import { RunIndex } from "./resource-index.ts"
-import type { RunResource } from "./resources.ts"
 
-function run(name: string, second: number, pipeline: string, phase?: string, version = 1): RunResource {
+function run(name: string, second: number, pipeline: string, phase?: string, version = 1): RunObject {
   return {
     metadata: {
       name,
@@ -15,7 +15,7 @@ function run(name: string, second: number, pipeline: string, phase?: string, ver
   }
 }
 
-const names = (page: { items: RunResource[] }) => page.items.map((item) => item.metadata?.name)
+const names = (page: { items: RunObject[] }) => page.items.map((item) => item.metadata?.name)
 
 describe("the run index", () => {
   const index = () => {
@@ -56,7 +56,7 @@ describe("the run index", () => {
 
   it("forgets a deleted run everywhere and does not bring it back from a late event", () => {
     const runs = index()
-    const c = runs.get("c") as RunResource
+    const c = runs.get("c") as RunObject
     expect(runs.forget(c)).toBe(true)
     expect(runs.observe(run("c", 3, "build", "failure", 5))).toBe(false)
     expect(names(runs.page({ status: "failure" }, 0, 10))).toEqual(["b"])
@@ -70,7 +70,7 @@ describe("the run index", () => {
     const unsubscribe = runs.onChange("d", (object) => seen.push(object?.status?.phase ?? (object && "queued")))
     runs.observe(run("d", 4, "build", "running", 2))
     runs.observe(run("e", 4, "deploy", "aborted", 2))
-    runs.forget(runs.get("d") as RunResource)
+    runs.forget(runs.get("d") as RunObject)
     unsubscribe()
     runs.observe(run("d", 9, "build", "queued", 9))
     expect(seen).toEqual(["running", undefined])

@@ -1,8 +1,8 @@
-import type { KubeConfig, KubernetesListObject, KubernetesObject } from "@kubernetes/client-node"
-import { CustomObjectsApi } from "@kubernetes/client-node"
+import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import type { Log } from "../lib/core/log.ts"
 import { startInformer } from "../lib/kube/informer.ts"
-import type { PipelineResource, RunResource } from "./resources.ts"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import type { PipelineObject, RunnelPlural, RunObject } from "../lib/kube/resources.ts"
 
 /**
  * The Pipelines and Runs of the namespace, kept current by list and watch, so
@@ -13,7 +13,7 @@ import type { PipelineResource, RunResource } from "./resources.ts"
  * watch, a few milliseconds later, as they would from any informer.
  */
 export type ResourceIndex = {
-  readonly pipelines: ObjectIndex<PipelineResource>
+  readonly pipelines: ObjectIndex<PipelineObject>
   readonly runs: RunIndex
   stop(): Promise<void>
 }
@@ -26,32 +26,26 @@ export type IndexHandlers<T> = {
 
 export async function startResourceIndex(options: {
   kubeConfig: KubeConfig
-  namespace: string
+  /** Lists and paths of the namespace the index follows. */
+  client: Pick<ResourceClient, "namespace" | "path" | "list">
   log: Log
   /** Told of every Pipeline change after the first list (the audit of changes made with kubectl). */
-  pipelineHandlers?: IndexHandlers<PipelineResource>
+  pipelineHandlers?: IndexHandlers<PipelineObject>
 }): Promise<ResourceIndex> {
-  const { kubeConfig, namespace, log } = options
-  const objects = kubeConfig.makeApiClient(CustomObjectsApi)
-  const pipelines = new ObjectIndex<PipelineResource>()
+  const { kubeConfig, client, log } = options
+  const pipelines = new ObjectIndex<PipelineObject>()
   const runs = new RunIndex()
   let listed = false
   const follow = async <T extends KubernetesObject>(
-    plural: string,
+    plural: Extract<RunnelPlural, "pipelines" | "runs">,
     index: ObjectIndex<T>,
     handlers?: IndexHandlers<T>,
   ) =>
     startInformer<T>({
       kubeConfig,
-      namespace,
-      path: `/apis/runnel.dev/v1alpha1/namespaces/${namespace}/${plural}`,
-      list: async () =>
-        (await objects.listNamespacedCustomObject({
-          group: "runnel.dev",
-          version: "v1alpha1",
-          namespace,
-          plural,
-        })) as KubernetesListObject<T>,
+      namespace: client.namespace,
+      path: client.path(plural),
+      list: () => client.list<T>(plural),
       handlers: {
         changed: (object) => {
           const before = index.get(object.metadata?.name ?? "")
@@ -65,7 +59,7 @@ export async function startResourceIndex(options: {
     })
   const informers = await Promise.all([
     follow("pipelines", pipelines, options.pipelineHandlers),
-    follow<RunResource>("runs", runs),
+    follow<RunObject>("runs", runs),
   ])
   listed = true
   return {
@@ -162,19 +156,19 @@ export type RunFilter = { status?: string; pipeline?: string }
  * per phase and per pipeline, so that a page newest first, with or without a
  * filter, and its total cost a binary search and a slice, not a scan.
  */
-export class RunIndex extends ObjectIndex<RunResource> {
+export class RunIndex extends ObjectIndex<RunObject> {
   readonly #all = new OrderedRuns()
   readonly #byPhase = new Map<string, OrderedRuns>()
   readonly #byPipeline = new Map<string, OrderedRuns>()
 
   /** One page of the Runs `filter` selects, newest first, and how many it selects in all. */
-  page(filter: RunFilter, offset: number, count: number): { items: RunResource[]; total: number } {
+  page(filter: RunFilter, offset: number, count: number): { items: RunObject[]; total: number } {
     const byPhase = filter.status === undefined ? undefined : (this.#byPhase.get(filter.status) ?? empty)
     const byPipeline = filter.pipeline === undefined ? undefined : (this.#byPipeline.get(filter.pipeline) ?? empty)
     if (byPhase !== undefined && byPipeline !== undefined) {
       // Both: walk the shorter list, newest first, checking the other condition.
       const [walked, other] = byPhase.size <= byPipeline.size ? [byPhase, byPipeline] : [byPipeline, byPhase]
-      const items: RunResource[] = []
+      const items: RunObject[] = []
       let total = 0
       for (const run of walked.newestFirst()) {
         if (!other.has(run)) continue
@@ -192,21 +186,21 @@ export class RunIndex extends ObjectIndex<RunResource> {
     return this.#byPhase.get("queued")?.size ?? 0
   }
 
-  protected override added(before: RunResource | undefined, after: RunResource): void {
+  protected override added(before: RunObject | undefined, after: RunObject): void {
     if (before !== undefined) this.removed(before)
     this.#all.add(after)
     listOf(this.#byPhase, phaseOf(after)).add(after)
     listOf(this.#byPipeline, after.spec.pipelineRef.name).add(after)
   }
 
-  protected override removed(run: RunResource): void {
+  protected override removed(run: RunObject): void {
     this.#all.remove(run)
     this.#byPhase.get(phaseOf(run))?.remove(run)
     this.#byPipeline.get(run.spec.pipelineRef.name)?.remove(run)
   }
 }
 
-const phaseOf = (run: RunResource) => run.status?.phase ?? "queued"
+const phaseOf = (run: RunObject) => run.status?.phase ?? "queued"
 
 function listOf(lists: Map<string, OrderedRuns>, key: string): OrderedRuns {
   let list = lists.get(key)
@@ -219,21 +213,21 @@ function listOf(lists: Map<string, OrderedRuns>, key: string): OrderedRuns {
 
 /** Runs sorted by creation time, then name; one entry per run name. */
 class OrderedRuns {
-  readonly #runs: RunResource[] = []
+  readonly #runs: RunObject[] = []
   readonly #keys: string[] = []
 
   get size(): number {
     return this.#runs.length
   }
 
-  add(run: RunResource): void {
+  add(run: RunObject): void {
     const key = sortKey(run)
     const at = this.#position(key)
     this.#runs.splice(at, 0, run)
     this.#keys.splice(at, 0, key)
   }
 
-  remove(run: RunResource): void {
+  remove(run: RunObject): void {
     const key = sortKey(run)
     const at = this.#position(key)
     if (this.#keys[at] !== key) return
@@ -241,19 +235,19 @@ class OrderedRuns {
     this.#keys.splice(at, 1)
   }
 
-  has(run: RunResource): boolean {
+  has(run: RunObject): boolean {
     const key = sortKey(run)
     return this.#keys[this.#position(key)] === key
   }
 
   /** `count` runs from the `offset`-th newest. */
-  newestSlice(offset: number, count: number): RunResource[] {
+  newestSlice(offset: number, count: number): RunObject[] {
     const end = this.#runs.length - offset
     return end <= 0 ? [] : this.#runs.slice(Math.max(0, end - count), end).reverse()
   }
 
-  *newestFirst(): Generator<RunResource> {
-    for (let i = this.#runs.length - 1; i >= 0; i--) yield this.#runs[i] as RunResource
+  *newestFirst(): Generator<RunObject> {
+    for (let i = this.#runs.length - 1; i >= 0; i--) yield this.#runs[i] as RunObject
   }
 
   /** Where `key` is, or would go (binary search). */
@@ -271,4 +265,4 @@ class OrderedRuns {
 
 const empty = new OrderedRuns()
 
-const sortKey = (run: RunResource) => `${String(run.metadata?.creationTimestamp ?? "")} ${run.metadata?.name ?? ""}`
+const sortKey = (run: RunObject) => `${String(run.metadata?.creationTimestamp ?? "")} ${run.metadata?.name ?? ""}`

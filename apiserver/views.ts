@@ -1,19 +1,19 @@
 import { badRequest } from "../lib/core/errors.ts"
-import { inferContentType } from "../lib/script/content-type.ts"
-import type { PipelineResource, RunResource } from "./resources.ts"
+import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import { contentTypeOf } from "../lib/script/content-type.ts"
 
 /** Set on every write through this API: Kubernetes objects carry no update time of their own. */
 export const updatedAtAnnotation = "runnel.dev/updated-at"
 
 /** The pipeline object of contract.md section 4. The webhook secret itself is never in it. */
-export function pipelineView(pipeline: PipelineResource, defaultDriver: string) {
+export function pipelineView(pipeline: PipelineObject, defaultDriver: string) {
   const { metadata = {}, spec } = pipeline
   const created = String(metadata.creationTimestamp ?? "")
   return {
     id: metadata.uid ?? "",
     name: metadata.name ?? "",
     content: spec.content,
-    content_type: spec.contentType ?? inferContentType(spec.content),
+    content_type: contentTypeOf(spec),
     driver: spec.driver ?? defaultDriver,
     driver_config: spec.driverConfig ?? {},
     rbac_expression: spec.rbacExpression ?? null,
@@ -25,7 +25,7 @@ export function pipelineView(pipeline: PipelineResource, defaultDriver: string) 
 }
 
 /** The run object of contract.md section 4; `pipelineIds` maps pipeline names to ids. */
-export function runView(run: RunResource, pipelineIds: ReadonlyMap<string, string>) {
+export function runView(run: RunObject, pipelineIds: ReadonlyMap<string, string>) {
   const { metadata = {}, spec, status = {} } = run
   const created = String(metadata.creationTimestamp ?? "")
   const owner = metadata.ownerReferences?.find((reference) => reference.kind === "Pipeline")

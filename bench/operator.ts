@@ -10,6 +10,7 @@ import { join } from "node:path"
 import { CustomObjectsApi, KubeConfig, Watch } from "@kubernetes/client-node"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
+import { type RunObject, resourcePath, runnelApiVersion, runnelGroup, runnelVersion } from "../lib/kube/resources.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
 import { runSecrets } from "../lib/secrets/secret-store.ts"
@@ -17,7 +18,6 @@ import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import type { Driver } from "../operator/drivers/driver.ts"
 import { runScript } from "../operator/engine/engine.ts"
 import { startOperator } from "../operator/operator.ts"
-import type { RunObject } from "../operator/resources.ts"
 import { median } from "./median.ts"
 import { quietObserver } from "./quiet-observer.ts"
 
@@ -25,7 +25,7 @@ export type BenchLine = (name: string, runnel: string, floor: string, ratio: str
 
 const noop = "export const pipeline = async () => {}\n"
 const limits = { memoryMb: 64, timeoutMs: 60_000 }
-const group = { group: "runnel.dev", version: "v1alpha1", namespace: "default" }
+const group = { group: runnelGroup, version: runnelVersion, namespace: "default" }
 
 /** A no-op script never calls runtime.run, so no driver is reached. */
 const noDriver: Driver = {
@@ -68,7 +68,7 @@ export async function runOperatorBench(line: BenchLine): Promise<void> {
       ...group,
       plural: "pipelines",
       body: {
-        apiVersion: "runnel.dev/v1alpha1",
+        apiVersion: runnelApiVersion,
         kind: "Pipeline",
         metadata: { name: "noop" },
         spec: { content: noop },
@@ -95,7 +95,7 @@ async function runLatency(
   // One watch, as a client waiting for its runs would hold: each run's latency ends when its success arrives.
   const waiting = new Map<string, (at: number) => void>()
   const watch = await new Watch(kubeConfig).watch(
-    "/apis/runnel.dev/v1alpha1/namespaces/default/runs",
+    resourcePath("default", "runs"),
     {},
     (_type, run: RunObject) => {
       if (run.status?.phase === undefined || !["success", "failure", "error", "aborted"].includes(run.status.phase)) {
@@ -116,7 +116,7 @@ async function runLatency(
       ...group,
       plural: "runs",
       body: {
-        apiVersion: "runnel.dev/v1alpha1",
+        apiVersion: runnelApiVersion,
         kind: "Run",
         metadata: { name },
         spec: { pipelineRef: { name: "noop" } },
@@ -186,7 +186,7 @@ async function runLatency(
 async function watchFanOut(line: BenchLine, server: string, api: ReturnType<typeof createEmbeddedApi>) {
   const watchers = 50
   const events = 2_000
-  const type = api.resources.types.byPath("runnel.dev/v1alpha1", "pipelines")
+  const type = api.resources.types.byPath(runnelApiVersion, "pipelines")
   if (type === undefined) throw new Error("the pipelines resource is not served")
   const kubeConfig = new KubeConfig()
   kubeConfig.loadFromOptions({
@@ -201,7 +201,7 @@ async function watchFanOut(line: BenchLine, server: string, api: ReturnType<type
   const controllers = await Promise.all(
     Array.from({ length: watchers }, () =>
       new Watch(kubeConfig).watch(
-        "/apis/runnel.dev/v1alpha1/namespaces/default/pipelines",
+        resourcePath("default", "pipelines"),
         { resourceVersion: from },
         (eventType) => {
           if (eventType !== "ADDED") return
@@ -217,7 +217,7 @@ async function watchFanOut(line: BenchLine, server: string, api: ReturnType<type
     for (let n = 0; n < events; n += 50) {
       for (let k = n; k < n + 50; k++) {
         api.resources.create(type, "default", {
-          apiVersion: "runnel.dev/v1alpha1",
+          apiVersion: runnelApiVersion,
           kind: "Pipeline",
           metadata: { name: `fan-${k}` },
           spec: { content: noop },

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
+import { pipelineLabel, pipelineOwnerReference, resourcePath, runnelApiVersion } from "../lib/kube/resources.ts"
 import type { BenchLine } from "./operator.ts"
 import { startRunnelServer } from "./runnel-server.ts"
 
@@ -19,7 +20,7 @@ const phases = ["success", "failure", "error", "aborted"] as const
 function seed(db: string, count: number, pipelines: number): void {
   const api = createEmbeddedApi({ db, crds: loadCrds(crdsDir) })
   const type = (plural: string) => {
-    const found = api.resources.types.byPath("runnel.dev/v1alpha1", plural)
+    const found = api.resources.types.byPath(runnelApiVersion, plural)
     if (found === undefined) throw new Error(`the CRDs lack ${plural}`)
     return found
   }
@@ -27,7 +28,7 @@ function seed(db: string, count: number, pipelines: number): void {
   const runType = type("runs")
   const owners = Array.from({ length: pipelines }, (_, n) => {
     const { object } = api.resources.create(pipelineType, "default", {
-      apiVersion: "runnel.dev/v1alpha1",
+      apiVersion: runnelApiVersion,
       kind: "Pipeline",
       metadata: { name: `p${n}` },
       spec: { content: "export const pipeline = async () => {}\n", contentType: "ts", driver: "native" },
@@ -36,18 +37,17 @@ function seed(db: string, count: number, pipelines: number): void {
   })
   for (let n = 0; n < count; n++) {
     const owner = owners[n % pipelines]
+    if (owner === undefined) throw new Error("no pipeline to own the runs")
     const name = `run-${n.toString(36).padStart(6, "0")}`
     api.resources.create(runType, "default", {
-      apiVersion: "runnel.dev/v1alpha1",
+      apiVersion: runnelApiVersion,
       kind: "Run",
       metadata: {
         name,
-        labels: { "runnel.dev/pipeline": owner?.metadata.name },
-        ownerReferences: [
-          { apiVersion: "runnel.dev/v1alpha1", kind: "Pipeline", name: owner?.metadata.name, uid: owner?.metadata.uid },
-        ],
+        labels: { [pipelineLabel]: owner.metadata.name },
+        ownerReferences: [pipelineOwnerReference(owner)],
       },
-      spec: { pipelineRef: { name: owner?.metadata.name }, trigger: { type: "manual", by: "anonymous", args: [] } },
+      spec: { pipelineRef: { name: owner.metadata.name }, trigger: { type: "manual", by: "anonymous", args: [] } },
     })
     const phase = phases[n % phases.length] ?? "success"
     const at = new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString()
@@ -83,7 +83,7 @@ export async function runListBench(line: BenchLine, count = 100_000): Promise<vo
   const seedSeconds = (performance.now() - seedStarted) / 1000
   const { url, stop } = await startRunnelServer(dir)
   try {
-    const floorUrl = `${url}/k8s/apis/runnel.dev/v1alpha1/namespaces/default/runs?limit=20`
+    const floorUrl = `${url}/k8s${resourcePath("default", "runs")}?limit=20`
     const pages = Math.ceil(count / 20)
     const queries = [
       () => `${url}/api/runs?page=${1 + Math.floor(Math.random() * pages)}&per_page=20`,

@@ -22,9 +22,10 @@ export async function runner(file: string, args: string[], settings: RunnerSetti
   const opening = openSqliteLogStore(scratch === undefined ? String(settings.storagePath) : join(scratch, "runnel.db"))
   opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
   const contentType = contentTypeOfFile(file, source)
-  // Loaded while the log store's writer thread starts; the YAML interpreter only for YAML.
-  const { RunAborted, runScript } = await import("../operator/engine/engine.ts")
-  const yaml = contentType === "yaml" ? await import("../operator/engine/yaml/interpret.ts") : undefined
+  // Loaded while the log store's writer thread starts.
+  const { engineFor } = await import("../operator/engine/pipeline-engine.ts")
+  const { RunAborted } = await import("../operator/engine/settle.ts")
+  const { memoryVersions } = await import("../operator/engine/yaml/interpret.ts")
   const store = await opening
   const stop = new AbortController()
   const onSignal = () => {
@@ -40,6 +41,7 @@ export async function runner(file: string, args: string[], settings: RunnerSetti
       // Per file, so that two pipeline files do not share caches (their keys start with the pipeline id).
       pipelineId: localPipelineId(file),
       pipelineName: basename(file, extname(file)),
+      filename: file,
       source,
       triggeredBy: "manual" as const,
       args,
@@ -51,16 +53,11 @@ export async function runner(file: string, args: string[], settings: RunnerSetti
       secrets: staticSecrets(secrets),
       observer: new TerminalObserver(process.stdout, process.stderr),
       limits,
+      mockImage: settings.mockImage,
+      // No server: versions live as long as the run, and set_pipeline says it needs one.
+      versions: memoryVersions(),
     }
-    const result =
-      yaml !== undefined
-        ? // No server: versions live as long as the run, and set_pipeline says it needs one.
-          await yaml.runYamlPipeline(
-            run,
-            { ...deps, mockImage: settings.mockImage, versions: yaml.memoryVersions() },
-            stop.signal,
-          )
-        : await runScript({ ...run, filename: file }, deps, stop.signal)
+    const result = await engineFor(contentType).run(run, deps, stop.signal)
     return result.code
   } finally {
     process.off("SIGINT", onSignal)

@@ -57,7 +57,7 @@ export class TerminalObserver implements RunObserver {
     const parts = [`${count("success")} succeeded`, `${count("failure")} failed`]
     for (const status of ["error", "aborted"]) if (count(status) > 0) parts.push(`${count(status)} ${status}`)
     this.#err.write(
-      `${result.status} in ${seconds(result.startedAt, result.finishedAt)}: ${tasks.length} task${tasks.length === 1 ? "" : "s"} (${parts.join(", ")}), exit code ${result.code}\n`,
+      `${result.status} in ${seconds(result.startedAt ?? result.finishedAt, result.finishedAt)}: ${tasks.length} task${tasks.length === 1 ? "" : "s"} (${parts.join(", ")}), exit code ${result.code}\n`,
     )
   }
 

@@ -1,11 +1,12 @@
-import { randomBytes } from "node:crypto"
-import type { StatementSync } from "node:sqlite"
-import { DatabaseSync } from "node:sqlite"
-import { createKeyFile, keyBytes, readKeyFile } from "../lib/core/key-file.ts"
+import type { DatabaseSync, StatementSync } from "node:sqlite"
+import { keyFromFile } from "../lib/crypto/key-file.ts"
+import { randomKey } from "../lib/crypto/sealer.ts"
+import { openDatabase, transaction } from "../lib/sqlite/database.ts"
 import type { KubeObject } from "./object-meta.ts"
 import { secretType, storageResource } from "./resource-types.ts"
 import { SecretCipher } from "./secret-encryption.ts"
 
+const databaseWhat = "the embedded Kubernetes API database"
 const keyFileWhat = (file: string) => `the key file "${file}" of the embedded Kubernetes API`
 
 export type EventType = "ADDED" | "MODIFIED" | "DELETED"
@@ -87,13 +88,19 @@ export type SqliteObjectStoreOptions = {
 
 /** Where core v1 Secrets are kept: the only kind whose bodies are encrypted at rest. */
 const secretResource = storageResource(secretType)
-const keyCheckText = "runnel embedded Kubernetes API key check"
-const keyCheckAad = "kube_key_check"
 /** Additional authenticated data of a stored body: its storage key, namespace and name (none of which holds a "/"). */
 const aadOf = (resource: string, namespace: string, name: string) => `${resource}/${namespace}/${name}`
 
 type Row = { object: string }
 
+/**
+ * Idempotent statements, run at every open, rather than migrate()'s numbered
+ * steps: migrate() counts steps in `PRAGMA user_version`, one number per file,
+ * and this file may also hold the secret store's tables (--secrets-sqlite-path
+ * naming the same file), whose steps that number counts. A new table or index
+ * is added here with IF NOT EXISTS; a change to an existing one needs a step
+ * of its own, recorded in kube_counters.
+ */
 const schema = `
 CREATE TABLE IF NOT EXISTS kube_objects (
   resource TEXT NOT NULL,
@@ -144,13 +151,13 @@ export class SqliteObjectStore implements ObjectStore {
 
   constructor(options: SqliteObjectStoreOptions) {
     this.#ownsDb = typeof options.db === "string"
-    this.#db = typeof options.db === "string" ? new DatabaseSync(options.db) : options.db
+    // One process writes a database (see ObjectStore), so a lock held by another fails at once rather than waiting.
+    this.#db =
+      typeof options.db === "string"
+        ? openDatabase(options.db, { what: databaseWhat, busyTimeoutMs: 0, synchronous: "NORMAL" })
+        : options.db
     this.#historyLimit = options.historyLimit ?? 10_000
     try {
-      if (this.#ownsDb) {
-        this.#db.exec("PRAGMA journal_mode = WAL")
-        this.#db.exec("PRAGMA synchronous = NORMAL")
-      }
       this.#db.exec(schema)
       this.#version = this.#counter("version")
       this.#compacted = this.#counter("compacted")
@@ -173,8 +180,7 @@ export class SqliteObjectStore implements ObjectStore {
   #encryptPlaintextSecrets() {
     const db = this.#db
     let found = 0
-    db.exec("BEGIN IMMEDIATE")
-    try {
+    transaction(db, () => {
       const objects = db
         .prepare("SELECT namespace, name, object FROM kube_objects WHERE resource = ? AND substr(object, 1, 1) = '{'")
         .all(secretResource) as { namespace: string; name: string; object: string }[]
@@ -204,11 +210,7 @@ export class SqliteObjectStore implements ObjectStore {
         updateEvent.run(seal(row.object), row.previous === null ? null : seal(row.previous), row.version)
         found++
       }
-      db.exec("COMMIT")
-    } catch (error) {
-      db.exec("ROLLBACK")
-      throw error
-    }
+    })
     if (this.#ownsDb && (found > 0 || this.#counter("plaintext_purged") === 0)) {
       // A new database has nothing to purge.
       if (this.#version > 0) {
@@ -371,9 +373,8 @@ export class SqliteObjectStore implements ObjectStore {
     const stored: KubeObject = { ...object, metadata: { ...object.metadata, resourceVersion: String(version) } }
     const key = keyOf(resource, stored)
     const text = this.#encode(resource, key, stored)
-    const db = this.#db
-    db.exec("BEGIN IMMEDIATE")
-    try {
+    const compacted = version - this.#historyLimit
+    transaction(this.#db, () => {
       if (type === "ADDED") {
         this.#sql(
           "INSERT INTO kube_objects (resource, namespace, name, uid, version, object) VALUES (?, ?, ?, ?, ?, ?)",
@@ -415,20 +416,15 @@ export class SqliteObjectStore implements ObjectStore {
       this.#sql(
         "INSERT INTO kube_counters (name, value) VALUES ('version', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
       ).run(version)
-      const compacted = version - this.#historyLimit
       if (compacted > this.#compacted) {
         this.#sql("DELETE FROM kube_events WHERE version <= ?").run(compacted)
         this.#sql(
           "INSERT INTO kube_counters (name, value) VALUES ('compacted', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
         ).run(compacted)
       }
-      db.exec("COMMIT")
-      this.#version = version
-      if (compacted > this.#compacted) this.#compacted = compacted
-    } catch (error) {
-      db.exec("ROLLBACK")
-      throw error
-    }
+    })
+    this.#version = version
+    if (compacted > this.#compacted) this.#compacted = compacted
     const event: StoredEvent = { type, version, ...key, object: stored, previous }
     for (const listener of [...this.#listeners]) {
       try {
@@ -517,45 +513,34 @@ function openCipher(db: DatabaseSync, options: SqliteObjectStoreOptions): Secret
     key = options.secretKey
     source = "the secretKey option"
   } else if (inMemory) {
-    key = randomBytes(keyBytes)
+    key = randomKey()
     source = "a random in-memory key"
   } else {
     const keyFile = `${location}.key`
     source = `the key file "${keyFile}"`
-    const read = readKeyFile(keyFile, keyFileWhat)
-    if (read !== undefined) key = read
-    else if (existing !== undefined)
-      throw new Error(
-        `cannot open the embedded Kubernetes API database "${location}": its Secrets are encrypted with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt them)`,
-      )
-    else key = createKeyFile(keyFile, keyFileWhat)
+    key = keyFromFile(keyFile, keyFileWhat, {
+      mayCreate: existing === undefined,
+      missing: () =>
+        new Error(
+          `cannot open the embedded Kubernetes API database "${location}": its Secrets are encrypted with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt them)`,
+        ),
+    })
   }
   const cipher = new SecretCipher(key)
-  let sealed = existing
-  if (sealed === undefined) {
-    db.exec("BEGIN IMMEDIATE")
-    try {
-      // Another process may have stored one meanwhile: check against that one.
-      sealed = readCheck()
-      if (sealed === undefined) {
-        sealed = cipher.seal(keyCheckText, keyCheckAad)
-        db.prepare("INSERT INTO kube_key_check (id, sealed) VALUES (1, ?)").run(sealed)
-      }
-      db.exec("COMMIT")
-    } catch (error) {
-      db.exec("ROLLBACK")
-      throw error
-    }
-  }
-  let opened: string | undefined
-  try {
-    opened = cipher.unseal(sealed, keyCheckAad)
-  } catch {
-    opened = undefined
-  }
-  if (opened !== keyCheckText)
+  const matches = cipher.matchesKeyCheck(existing, (fresh) =>
+    // Another process may have stored one meanwhile: check against that one.
+    transaction(db, () => {
+      const stored = readCheck()
+      if (stored !== undefined) return stored
+      db.prepare("INSERT INTO kube_key_check (id, sealed) VALUES (1, ?)").run(fresh)
+      return fresh
+    }),
+  )
+  if (!matches) {
+    cipher.close()
     throw new Error(
       `cannot open the embedded Kubernetes API database "${location ?? ":memory:"}": its Secrets were encrypted with another key than ${source}`,
     )
+  }
   return cipher
 }

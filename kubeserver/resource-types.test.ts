@@ -1,4 +1,3 @@
-import { existsSync } from "node:fs"
 import { join } from "node:path"
 import { describe, expect, it, onTestFinished } from "vitest"
 import { createEmbeddedApi } from "./embedded-api.ts"

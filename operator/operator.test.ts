@@ -6,13 +6,13 @@ import { ApiException, CustomObjectsApi, PatchStrategy, setHeaderOptions, Watch 
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest"
 import { type RunningApi, startEmbeddedApi } from "../kubeserver/embedded-api.fixture.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
+import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { runSecrets } from "../lib/secrets/secret-store.ts"
 import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { nativeDriverFactory } from "./drivers/native/native-driver.ts"
 import { type Operator, startOperator } from "./operator.ts"
-import type { PipelineObject, RunObject } from "./resources.ts"
 
 // The operator with real parts: the embedded API over loopback HTTP with runnel's CRDs, client-node v2,
 // a SQLite log store on a temp file and the native driver.

@@ -1,13 +1,13 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
 import { type Informer, startInformer } from "../lib/kube/informer.ts"
+import { ResourceClient } from "../lib/kube/resource-client.ts"
+import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
-import { ResourceClient } from "./resource-client.ts"
-import type { PipelineObject, RunObject } from "./resources.ts"
 import { RunReconciler } from "./run-reconciler.ts"
 
 export type OperatorOptions = {

@@ -1,5 +1,6 @@
+import type { PipelineSpec } from "../lib/kube/resources.ts"
+import { contentTypeOf } from "../lib/script/content-type.ts"
 import { contentProblem, scriptFilename } from "../lib/script/pipeline-check.ts"
-import { contentTypeOf, type PipelineSpec } from "./resources.ts"
 
 /** What the Pipeline reconciler writes as the `Ready` condition. */
 export type ContentCheck = {

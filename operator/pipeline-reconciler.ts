@@ -1,9 +1,10 @@
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { Informer } from "../lib/kube/informer.ts"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import { kubeTime, type PipelineObject, type PipelineSpec, withCondition } from "../lib/kube/resources.ts"
+import { contentTypeOf } from "../lib/script/content-type.ts"
 import { checkPipelineContent } from "./pipeline-check.ts"
-import type { ResourceClient } from "./resource-client.ts"
-import { contentTypeOf, kubeTime, type PipelineObject, type PipelineSpec, withCondition } from "./resources.ts"
 import { declaredSchedules, syncSchedules } from "./schedules.ts"
 
 /** How many past generations of each pipeline are kept in memory for queued Runs that name them. */
@@ -43,6 +44,9 @@ export class PipelineGenerations {
   }
 }
 
+/** The calls the Pipeline reconciler makes: its status, and the Schedules its content declares. */
+export type PipelineReconcilerClient = Pick<ResourceClient, "patchPipelineStatus"> & Parameters<typeof syncSchedules>[0]
+
 /**
  * Keeps each Pipeline's `Ready` condition and `observedGeneration` true to
  * its current spec: the content compiles and exports a pipeline, or the YAML
@@ -52,13 +56,13 @@ export class PipelineGenerations {
  * is left alone, so replays of the same events write nothing.
  */
 export class PipelineReconciler {
-  readonly #client: ResourceClient
+  readonly #client: PipelineReconcilerClient
   readonly #log: Log
   readonly #pending = new Set<string>()
   #informer: Informer<PipelineObject> | undefined
   #working: Promise<void> | undefined
 
-  constructor(options: { client: ResourceClient; log: Log }) {
+  constructor(options: { client: PipelineReconcilerClient; log: Log }) {
     this.#client = options.client
     this.#log = options.log
   }

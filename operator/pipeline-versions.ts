@@ -1,6 +1,6 @@
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import type { PipelineObject } from "../lib/kube/resources.ts"
 import type { ResourceVersions } from "./engine/yaml/interpret.ts"
-import type { ResourceClient } from "./resource-client.ts"
-import type { PipelineObject } from "./resources.ts"
 
 /**
  * A pipeline's resource versions kept in its status (`status.resourceVersions`,

@@ -1,39 +1,42 @@
 import { createHash } from "node:crypto"
 import type { V1OwnerReference } from "@kubernetes/client-node"
+import { formatDuration } from "../lib/core/duration.ts"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
-import type { TaskRecord } from "../lib/core/run.ts"
-import { type FinalRunStatus, runExitCode } from "../lib/core/status.ts"
-import { consoleTaskPath } from "../lib/core/task-path.ts"
+import type { RunResult, TaskRecord } from "../lib/core/run.ts"
+import type { FinalRunStatus } from "../lib/core/status.ts"
 import { type WebhookRequest, type WebhookResponse, webhookBodyAttachment } from "../lib/core/webhook-request.ts"
 import type { Informer } from "../lib/kube/informer.ts"
-import type { LogStore } from "../lib/logs/log-store.ts"
-import { scriptFilename } from "../lib/script/pipeline-check.ts"
-import type { RunSecrets } from "../lib/secrets/secret-store.ts"
-import type { DriverPool } from "./driver-pool.ts"
-import { RunAborted, runScript, type TriggerType } from "./engine/engine.ts"
-import { journalFromStore } from "./engine/journal.ts"
-import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
-import { runYamlPipeline } from "./engine/yaml/interpret.ts"
-import { JobSlots } from "./job-slots.ts"
-import type { PipelineGenerations } from "./pipeline-reconciler.ts"
-import { pipelineVersions } from "./pipeline-versions.ts"
-import type { ResourceClient } from "./resource-client.ts"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import {
   type Condition,
-  contentTypeOf,
   isFinal,
   kubeTime,
   type PipelineObject,
   type PipelineSpec,
+  pipelineOwnerReference,
   type RunObject,
   type RunStatusFields,
   runAnnotations,
-  runnelApiVersion,
   type StatusTask,
   withCondition,
-} from "./resources.ts"
-import { formatDuration, RunStatusWriter, statusTask, taskListObserver } from "./run-status.ts"
+} from "../lib/kube/resources.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
+import { type ContentType, contentTypeOf } from "../lib/script/content-type.ts"
+import { scriptFilename } from "../lib/script/pipeline-check.ts"
+import type { RunSecrets } from "../lib/secrets/secret-store.ts"
+import type { DriverPool } from "./driver-pool.ts"
+import type { Driver } from "./drivers/driver.ts"
+import type { TriggerType } from "./engine/engine.ts"
+import { journalFromStore } from "./engine/journal.ts"
+import { engineFor, type PipelineEngine } from "./engine/pipeline-engine.ts"
+import { closedTask } from "./engine/run-context.ts"
+import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
+import { RunAborted, type RunEnding, settle } from "./engine/settle.ts"
+import { JobSlots } from "./job-slots.ts"
+import type { PipelineGenerations } from "./pipeline-reconciler.ts"
+import { pipelineVersions } from "./pipeline-versions.ts"
+import { RunStatusWriter, statusTask, taskListObserver } from "./run-status.ts"
 
 export type RunReconcilerOptions = {
   readonly client: ResourceClient
@@ -66,6 +69,22 @@ type Plan = {
   readonly spec: PipelineSpec
   readonly generation: number
   readonly condition?: Condition
+}
+
+type Mode = "admit" | "resume"
+
+/** A run ready for its engine (#prepare). */
+type Execution = {
+  readonly mode: Mode
+  readonly pipeline: PipelineObject
+  readonly spec: PipelineSpec
+  readonly contentType: ContentType
+  readonly engine: PipelineEngine
+  readonly webhook: WebhookRequest | undefined
+  readonly driver: Driver
+  readonly driverName: string
+  /** When the run started: now when admitted, its first attempt's start when resumed. */
+  readonly startedAt: string
 }
 
 /**
@@ -253,10 +272,10 @@ export class RunReconciler {
     this.#enqueued.set(name, written)
   }
 
-  #start(run: RunObject, mode: "admit" | "resume"): void {
+  #start(run: RunObject, mode: Mode): void {
     const name = run.metadata?.name ?? ""
     const controller = new AbortController()
-    const done = this.#execute(run, mode, controller.signal)
+    const done = this.#run(run, mode, controller.signal)
       .catch(async (error: unknown) => {
         // The API refused a write before the run started; it is admitted again, but not in a tight loop.
         this.#options.log("run.execute-failed", { run: name, error: errorMessage(error) })
@@ -269,41 +288,52 @@ export class RunReconciler {
     this.#active.set(name, { controller, done })
   }
 
-  async #execute(run: RunObject, mode: "admit" | "resume", signal: AbortSignal): Promise<void> {
+  /** Admits or resumes one run: prepares it, executes it with its engine, writes how it ended. */
+  async #run(run: RunObject, mode: Mode, signal: AbortSignal): Promise<void> {
+    const name = run.metadata?.name ?? ""
+    // A queued-write still on its way lands before the execution's writes, never after them.
+    await this.#enqueued.get(name)
+    const writer = this.#statusWriter(name)
+    const prepared = await this.#prepare(run, mode, writer)
+    if (prepared === undefined) return // deleted meanwhile
+    if ("status" in prepared) return this.#end(writer, run, prepared)
+    const result = await this.#execute(run, prepared, writer, signal)
+    // A resumed run's tasks include those of its earlier attempts, which the engine did not see.
+    await this.#finish(writer, run, result, closeLeftoverTasks(this.#options.store, name, result.status))
+  }
+
+  /**
+   * What a run needs before its engine starts: its Pipeline's content, the
+   * engine, the webhook request, the driver; for an admitted run, also the
+   * writes that say it started. A RunEnding says why it cannot start;
+   * undefined, that the Run was deleted meanwhile.
+   */
+  async #prepare(run: RunObject, mode: Mode, writer: RunStatusWriter): Promise<Execution | RunEnding | undefined> {
     const { client, store, log } = this.#options
     const name = run.metadata?.name ?? ""
     const pipelineName = run.spec.pipelineRef.name
-    // A queued-write still on its way lands before the execution's writes, never after them.
-    await this.#enqueued.get(name)
-    const writer = new RunStatusWriter({
-      run: name,
-      write: async (status) => (await client.patchRunStatus(name, status)) !== undefined,
-      throttleMs: this.#options.statusThrottleMs,
-      log,
-    })
-    const end = (phase: FinalRunStatus, message: string) => this.#end(writer, run, phase, message)
+    const refused = (message: string): RunEnding => ({ status: "error", message })
 
     const pipeline = await this.#pipeline(pipelineName, run.spec.pipelineGeneration)
-    if (pipeline === undefined) return end("error", this.#missingPipeline(run))
+    if (pipeline === undefined) return refused(this.#missingPipeline(run))
     const plan = mode === "resume" ? this.#resumePlan(run, pipeline) : this.#admitPlan(run, pipeline)
-    if (typeof plan === "string") return end("error", plan)
+    if (typeof plan === "string") return refused(plan)
     const contentType = contentTypeOf(plan.spec)
-    if (contentType === "yaml" && mode === "resume") {
-      // A YAML run has no journal to replay: running its finished steps again could repeat their effects.
-      return end(
-        "error",
-        `the operator restarted while this YAML run of "${pipelineName}" was running; YAML runs are not resumed, trigger it again`,
+    const engine = engineFor(contentType)
+    if (mode === "resume" && !engine.resumes) {
+      return refused(
+        `the operator restarted while this ${engine.kind} run of "${pipelineName}" was running; ${engine.kind} runs are not resumed, trigger it again`,
       )
     }
     // With the `webhooks` feature off, pipelines get no webhook data and no response channel.
     const webhook = this.#options.webhooks ? webhookOf(run, store) : undefined
-    if (typeof webhook === "string") return end("error", webhook)
+    if (typeof webhook === "string") return refused(webhook)
     const driverName = plan.spec.driver || this.#options.defaultDriver
-    let driver: Awaited<ReturnType<DriverPool["get"]>>
+    let driver: Driver
     try {
       driver = await this.#options.drivers.get(driverName, plan.spec.driverConfig ?? {})
     } catch (error) {
-      return end("error", `pipeline "${pipelineName}": ${errorMessage(error)}`)
+      return refused(`pipeline "${pipelineName}": ${errorMessage(error)}`)
     }
 
     let startedAt = run.status?.startedAt ?? new Date().toISOString()
@@ -317,7 +347,7 @@ export class RunReconciler {
           [runAnnotations.contentSha256]: sha256(plan.spec.content),
         },
       })
-      if (annotated === undefined) return // deleted meanwhile
+      if (annotated === undefined) return undefined
       await writer.now({
         phase: "running",
         code: null,
@@ -329,7 +359,15 @@ export class RunReconciler {
       })
     }
     log(mode === "admit" ? "run.started" : "run.resumed", { run: name, pipeline: pipelineName, driver: driverName })
+    return { mode, pipeline, spec: plan.spec, contentType, engine, webhook, driver, driverName, startedAt }
+  }
 
+  /** Runs a prepared run with its engine, mirroring its tasks and its webhook answer into the Run's status. */
+  async #execute(run: RunObject, execution: Execution, writer: RunStatusWriter, signal: AbortSignal) {
+    const { client, store, log } = this.#options
+    const { mode, pipeline, spec, webhook } = execution
+    const name = run.metadata?.name ?? ""
+    const pipelineName = run.spec.pipelineRef.name
     const tasks = new Map<string, StatusTask>()
     // A resumed run keeps the tasks of its earlier attempts; those it finished return their recorded results.
     const journal = mode === "resume" ? journalFromStore(store, name) : undefined
@@ -346,89 +384,74 @@ export class RunReconciler {
       })
     }
     const pipelineUid = pipeline.metadata?.uid ?? ""
-    const identity = {
-      runId: name,
-      pipelineId: pipelineUid,
-      pipelineName,
-      source: plan.spec.content,
-      triggeredBy: triggerOf(run),
-      args: run.spec.trigger?.args ?? [],
-      ...(webhook === undefined ? {} : { webhook }),
-    }
-    const deps = {
-      driver,
-      driverName,
-      store,
-      secrets: this.#options.secrets.forRun({ pipelineUid, runId: name }),
-      observer,
-      limits: this.#options.limits,
-      respond,
-    }
-    const result =
-      contentType === "yaml"
-        ? await runYamlPipeline(
-            { ...identity, ...(run.spec.trigger?.jobs === undefined ? {} : { jobs: run.spec.trigger.jobs }) },
-            {
-              ...deps,
-              mockImage: this.#options.mockImage,
-              versions: pipelineVersions(client, () => this.#options.pipelines.get(pipelineName), pipelineName, name),
-              setPipeline: (target, yaml) => client.setPipeline(target === "self" ? pipelineName : target, yaml),
-              jobSlot: (job, limit, slotSignal) => this.#jobSlots.acquire(pipelineUid, job, limit, slotSignal),
-              runSlot: (limit, slotSignal) => this.#jobSlots.acquireRun(pipelineUid, limit, slotSignal),
-            },
-            signal,
-          )
-        : await runScript(
-            {
-              ...identity,
-              filename: scriptFilename(pipelineName, contentType),
-              ...(journal === undefined ? {} : { journal }),
-            },
-            deps,
-            signal,
-          )
-    this.#settled.add(name)
-    await writer.final({
-      phase: result.status,
-      code: result.code,
-      // The engine says only "the run was stopped"; the reason given to the signal says who stopped it.
-      message:
-        result.status === "aborted" && signal.reason instanceof RunAborted
-          ? signal.reason.message
-          : (result.message ?? ""),
-      startedAt,
-      finishedAt: result.finishedAt,
-      duration: formatDuration(Date.parse(result.finishedAt) - Date.parse(startedAt)),
-      tasks: closeLeftoverTasks(store, name, result.status).map(statusTask),
-    })
-    await this.#options.secrets.ended(name)
-    log("run.finished", { run: name, phase: result.status, code: result.code })
+    return execution.engine.run(
+      {
+        runId: name,
+        pipelineId: pipelineUid,
+        pipelineName,
+        filename: scriptFilename(pipelineName, execution.contentType),
+        source: spec.content,
+        triggeredBy: triggerOf(run),
+        args: run.spec.trigger?.args ?? [],
+        startedAt: execution.startedAt,
+        ...(webhook === undefined ? {} : { webhook }),
+        ...(journal === undefined ? {} : { journal }),
+        ...(run.spec.trigger?.jobs === undefined ? {} : { jobs: run.spec.trigger.jobs }),
+      },
+      {
+        driver: execution.driver,
+        driverName: execution.driverName,
+        store,
+        secrets: this.#options.secrets.forRun({ pipelineUid, runId: name }),
+        observer,
+        limits: this.#options.limits,
+        respond,
+        mockImage: this.#options.mockImage,
+        versions: pipelineVersions(client, () => this.#options.pipelines.get(pipelineName), pipelineName, name),
+        setPipeline: (target, yaml) => client.setPipeline(target === "self" ? pipelineName : target, yaml),
+        jobSlot: (job, limit, slotSignal) => this.#jobSlots.acquire(pipelineUid, job, limit, slotSignal),
+        runSlot: (limit, slotSignal) => this.#jobSlots.acquireRun(pipelineUid, limit, slotSignal),
+      },
+      signal,
+    )
   }
 
-  /** Ends a run that never started executing here (or could not be resumed) with its final status. */
-  async #end(writer: RunStatusWriter, run: RunObject, phase: FinalRunStatus, message: string): Promise<void> {
+  /** Ends a run that did not execute here (refused, or stopped before it started): settled like any other. */
+  #end(writer: RunStatusWriter, run: RunObject, ending: RunEnding): Promise<void> {
+    const result = settle({ runId: run.metadata?.name ?? "", startedAt: run.status?.startedAt ?? null }, ending)
+    return this.#finish(writer, run, result)
+  }
+
+  /**
+   * Writes a settled run's end into its Run, the one place that does: its
+   * final status (with `tasks` when it executed here), then releases its
+   * secrets. Its code is the result's, so runExitCode's.
+   */
+  async #finish(writer: RunStatusWriter, run: RunObject, result: RunResult, tasks?: readonly TaskRecord[]) {
     const name = run.metadata?.name ?? ""
     this.#settled.add(name)
     await this.#enqueued.get(name) // a `queued` on its way lands first
-    const finishedAt = new Date().toISOString()
-    const startedAt = run.status?.startedAt ?? null
-    const status: RunStatusFields = { phase, code: runExitCode(phase), message, finishedAt }
-    if (startedAt !== null) status.duration = formatDuration(Date.parse(finishedAt) - Date.parse(startedAt))
-    await writer.final(status)
+    await writer.final({
+      ...finalStatus(result),
+      ...(tasks === undefined ? {} : { tasks: tasks.map(statusTask) }),
+    })
     await this.#options.secrets.ended(name)
-    this.#options.log("run.finished", { run: name, phase, message })
+    this.#options.log("run.finished", { run: name, phase: result.status, code: result.code, message: result.message })
   }
 
   #endEarly(run: RunObject, phase: FinalRunStatus, message: string): void {
     const name = run.metadata?.name ?? ""
-    const writer = new RunStatusWriter({
+    this.#end(this.#statusWriter(name), run, { status: phase, message }).catch((error: unknown) => {
+      this.#options.log("run.end-failed", { run: name, error: errorMessage(error) })
+    })
+  }
+
+  #statusWriter(name: string): RunStatusWriter {
+    return new RunStatusWriter({
       run: name,
       write: async (status) => (await this.#options.client.patchRunStatus(name, status)) !== undefined,
       throttleMs: this.#options.statusThrottleMs,
       log: this.#options.log,
-    })
-    this.#end(writer, run, phase, message).catch((error: unknown) => {
-      this.#options.log("run.end-failed", { run: name, error: errorMessage(error) })
     })
   }
 
@@ -494,13 +517,18 @@ function ownerReferences(run: RunObject, pipeline: PipelineObject): V1OwnerRefer
   return [
     ...existing,
     {
-      apiVersion: runnelApiVersion,
-      kind: "Pipeline",
-      name: pipeline.metadata?.name ?? "",
-      uid,
+      ...pipelineOwnerReference(pipeline),
       controller: !existing.some((owner) => owner.controller === true),
     },
   ]
+}
+
+/** A settled run as its Run's status shows it; a run that never started has no start time and no duration. */
+function finalStatus(result: RunResult): RunStatusFields {
+  const { status, code, message, startedAt, finishedAt } = result
+  const fields: RunStatusFields = { phase: status, code, message: message ?? "", finishedAt }
+  if (startedAt === null) return fields
+  return { ...fields, startedAt, duration: formatDuration(Date.parse(finishedAt) - Date.parse(startedAt)) }
 }
 
 /**
@@ -512,10 +540,7 @@ function closeLeftoverTasks(store: LogStore, runId: string, status: FinalRunStat
   const endedAt = new Date().toISOString()
   return store.tasks(runId).map((task) => {
     if (task.status !== "pending" && task.status !== "running") return task
-    const closed: TaskRecord =
-      task.path === consoleTaskPath
-        ? { ...task, status, code: status === "success" ? 0 : 1, endedAt }
-        : { ...task, status: "aborted", endedAt }
+    const closed = closedTask(task, status, endedAt)
     store.saveTask(closed)
     return closed
   })

@@ -2,8 +2,8 @@ import { ApiException } from "@kubernetes/client-node"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { TaskRecord } from "../lib/core/run.ts"
+import type { RunStatusFields, StatusTask } from "../lib/kube/resources.ts"
 import type { RunObserver } from "./engine/run-observer.ts"
-import type { RunStatusFields, StatusTask } from "./resources.ts"
 
 /** Writes one Run's status; resolves false when the Run is gone. */
 export type StatusWrite = (status: RunStatusFields) => Promise<boolean>
@@ -128,20 +128,4 @@ export function taskListObserver(tasks: Map<string, StatusTask>, changed: () => 
     changed()
   }
   return { taskStarted: record, taskFinished: record, output() {}, runFinished() {} }
-}
-
-/**
- * A Go-style duration as `status.duration` shows it (Go's
- * `time.Duration.String()` at millisecond precision): `250ms`, `4.5s`,
- * `1m30.25s`, `2h0m5s`.
- */
-export function formatDuration(ms: number): string {
-  const total = Math.max(0, Math.round(ms))
-  if (total < 1000) return `${total}ms`
-  const hours = Math.floor(total / 3_600_000)
-  const minutes = Math.floor((total % 3_600_000) / 60_000)
-  const seconds = `${(total % 60_000) / 1000}`
-  if (hours > 0) return `${hours}h${minutes}m${seconds}s`
-  if (minutes > 0) return `${minutes}m${seconds}s`
-  return `${seconds}s`
 }

@@ -1,7 +1,13 @@
 import { createHash } from "node:crypto"
+import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import {
+  type PipelineObject,
+  pipelineLabel,
+  pipelineOwnerReference,
+  runnelApiVersion,
+  type ScheduleObject,
+} from "../lib/kube/resources.ts"
 import { parseYamlPipeline } from "../lib/yaml/parse.ts"
-import type { ResourceClient } from "./resource-client.ts"
-import { type PipelineObject, pipelineLabel, runnelApiVersion, type ScheduleObject } from "./resources.ts"
 
 type Wanted = Pick<ScheduleObject["spec"], "jobName" | "type" | "expression">
 
@@ -55,9 +61,7 @@ export async function syncSchedules(
         metadata: {
           name,
           labels: { [pipelineLabel]: pipelineName },
-          ownerReferences: [
-            { apiVersion: runnelApiVersion, kind: "Pipeline", name: pipelineName, uid: pipeline.metadata?.uid ?? "" },
-          ],
+          ownerReferences: [pipelineOwnerReference(pipeline)],
         },
         spec: { pipelineRef: { name: pipelineName }, ...spec, enabled: true },
       })
@@ -81,5 +85,5 @@ export function scheduleName(pipeline: string, job: string): string {
     .toLowerCase()
     .replace(/[^a-z0-9-]+/g, "-")
     .replace(/^-+|-+$/g, "")
-  return `${pipeline}-${cleaned}`.slice(0, 63 - 9).replace(/-+$/, "") + `-${hash}`
+  return `${`${pipeline}-${cleaned}`.slice(0, 63 - 9).replace(/-+$/, "")}-${hash}`
 }

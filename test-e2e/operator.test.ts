@@ -12,7 +12,7 @@ import {
 } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { parse } from "yaml"
-import type { PipelineObject, RunObject } from "../operator/resources.ts"
+import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
 import {
   clusterConfig,
   eventually,

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { call, eventually, serverProcesses } from "./server-process.ts"
+import { call, erroringYaml, eventually, serverProcesses } from "./server-process.ts"
 
 // Streamed run output (GET /api/runs/:id/events, POST /api/pipelines/:name/run) of `runnel server`
 // in its own process on a temp database, read over HTTP as a page or the CLI would.
@@ -77,6 +77,7 @@ describe("run events over SSE", () => {
     )
     await put("secretive", script("echo never", { TOKEN: "secret:MISSING_TOKEN" }))
     await put("slow", script("for i in $(seq 1 40); do echo line $i; sleep 0.05; done"))
+    await put("yaml-error", erroringYaml)
   }, 30_000)
 
   it("attached mid-run, gives every output line once and in order, then the exit event; Last-Event-ID resumes", async () => {
@@ -147,6 +148,17 @@ describe("run events over SSE", () => {
     expect(error).toMatchObject({ event: "error" })
     expect(error.message).toMatch(/MISSING_TOKEN/)
     expect(events.filter((event) => event.data.event === "error")).toHaveLength(1)
+  }, 30_000)
+
+  it("ends a YAML run in status error with code 2: in Run.status.code, the run's code and the exit event", async () => {
+    const events = await readEvents(await fetch(`${base}/api/pipelines/yaml-error/run`, { method: "POST" }))
+    const runId = events.at(-1)?.data.run_id
+    expect(expectWellFormed(events, runId).code).toBe(2)
+    expect(events.at(-2)?.data).toMatchObject({ event: "error", message: expect.stringContaining("((nope))") })
+    // The Run resource itself, from the embedded Kubernetes API of the same server.
+    const resource = await call(base, "GET", `/k8s/apis/runnel.dev/v1alpha1/namespaces/default/runs/${runId}`)
+    expect(resource.body.status).toMatchObject({ phase: "error", code: 2 })
+    expect((await call(base, "GET", `/api/runs/${runId}`)).body).toMatchObject({ status: "error", code: 2 })
   }, 30_000)
 
   it("lets a client leave without stopping the run", async () => {

@@ -4,6 +4,7 @@ import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { runnel } from "./cli.ts"
 import { describeDocker } from "./docker.ts"
+import { erroringYaml } from "./server-process.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "runnel-runner-test-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
@@ -125,6 +126,14 @@ describe("runnel runner on bad input", () => {
       result.stderr,
       /error: the pipeline used more memory than its limit \(--pipeline-memory-mb 32\) and was stopped\n/,
     )
+  })
+
+  it("exits 2 for a YAML run that ends in status error, as for a script's", async () => {
+    const result = await runnel(["runner", pipelineFile("undefined-variable.yml", erroringYaml), "--driver", "native"])
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("✗ jobs/j/1/task/use error")
+    expectPlainError(result.stderr, /\nerror: jobs\/j\/1\/task\/use: undefined variable \(\(nope\)\)/)
+    expect(result.stderr).toMatch(/\nerror in [\d.]+s: 1 task \(0 succeeded, 0 failed, 1 error\), exit code 2\n$/)
   })
 
   it.each([

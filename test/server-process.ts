@@ -87,3 +87,15 @@ export async function eventually<T>(
 /** A script pipeline with one native task running `shell`. */
 export const script = (shell: string) =>
   `export const pipeline = async () => {\n  await runtime.run({ name: "step", image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] } })\n}\n`
+
+/**
+ * A YAML pipeline whose run ends in status `error`: its task's ((nope)) is
+ * defined nowhere, so runnel cannot run it (no Docker needed: no task starts).
+ */
+export const erroringYaml = `jobs:
+- name: j
+  plan:
+  - task: use
+    config: {platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: "true"}}
+    params: {X: ((nope))}
+`

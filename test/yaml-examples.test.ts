@@ -111,7 +111,7 @@ const examples: Example[] = [
   },
   {
     file: "set-pipeline.yml",
-    code: 1,
+    code: 2,
     stderr: [
       started(sh("configure", 1, "write-pipeline")),
       succeeded(sh("configure", 1, "write-pipeline")),
@@ -119,7 +119,7 @@ const examples: Example[] = [
       "greeter | set_pipeline needs the server: store this pipeline with runnel pipeline set and run it there",
       errored("jobs/configure/2/set_pipeline/greeter"),
       "error: jobs/configure/2/set_pipeline/greeter: set_pipeline needs the server: store this pipeline with runnel pipeline set and run it there",
-      "error: 2 tasks (1 succeeded, 0 failed, 1 error), exit code 1",
+      "error: 2 tasks (1 succeeded, 0 failed, 1 error), exit code 2",
     ],
     stdout: [
       "write-pipeline | jobs:",
@@ -254,7 +254,7 @@ const examples: Example[] = [
   },
   {
     file: "on-error.yml",
-    code: 1,
+    code: 2,
     stderr: [
       started(sh("broken", 1, "misconfigured")),
       errored(sh("broken", 1, "misconfigured")),
@@ -263,7 +263,7 @@ const examples: Example[] = [
       expect.stringMatching(
         /^error: jobs\/broken\/1\/task\/misconfigured: executable "\/no\/such\/program" not found in image "busybox:latest"/,
       ),
-      "error: 2 tasks (1 succeeded, 0 failed, 1 error), exit code 1",
+      "error: 2 tasks (1 succeeded, 0 failed, 1 error), exit code 2",
     ],
     stdout: ["alert | the pipeline needs fixing"],
   },

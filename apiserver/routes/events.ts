@@ -3,19 +3,20 @@ import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
-import { isFinalRunStatus } from "../../lib/core/status.ts"
+import { type FinalRunStatus, isFinalRunStatus, runExitCode } from "../../lib/core/status.ts"
+import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
-import { assertSecretEntry } from "../../lib/secrets/secret-store.ts"
 import { objectBody, onlyFields } from "../body.ts"
+import { isResourceName } from "../find-pipeline.ts"
 import { createRun, type NewRunDeps } from "../new-run.ts"
+import { secretMapOf } from "../pipeline-body.ts"
 import type { RunIndex } from "../resource-index.ts"
-import { isResourceName, type Resources, type RunResource } from "../resources.ts"
 import { openSse, type SseWriter } from "../sse.ts"
 
 export type EventRoutesDeps = NewRunDeps & {
   /** `secrets` gates a run's global secrets. */
   features: readonly Feature[]
-  resources: Pick<Resources, "getRun">
+  resources: Pick<ResourceClient, "getRun">
   logs: Pick<LogStore, "readChunks" | "attach">
   log: Log
   /** How often a follower looks for new output while the run is quiet. */
@@ -67,7 +68,7 @@ export function eventRoutes(deps: EventRoutesDeps): Router {
     const run = await createRun(deps, ctx.params.name ?? "", {
       type: given ?? (args.length > 0 ? "args" : "manual"),
       args: args as string[],
-      globalSecrets: globalSecretsOf(body.global_secrets, deps.features),
+      globalSecrets: secretMapOf("global_secrets", body.global_secrets, deps.features),
     })
     const id = run.metadata?.name ?? ""
     // The run's id before any event: a client that detaches can still name the run.
@@ -76,21 +77,6 @@ export function eventRoutes(deps: EventRoutesDeps): Router {
   })
 
   return router
-}
-
-/** `global_secrets`: secrets this run sees as global ones (`runnel pipeline run --global-secret`). */
-function globalSecretsOf(value: unknown, features: readonly Feature[]): Record<string, string> {
-  if (value === undefined || value === null) return {}
-  if (!features.includes("secrets")) {
-    throw badRequest(
-      'global_secrets are refused: the "secrets" feature is not enabled on this server (--allowed-features)',
-    )
-  }
-  if (typeof value !== "object" || Array.isArray(value)) {
-    throw badRequest('"global_secrets" must be an object of names to string values, for example {"API_TOKEN": "..."}')
-  }
-  for (const [key, secret] of Object.entries(value)) assertSecretEntry(key, secret)
-  return value as Record<string, string>
 }
 
 /** Resolves on the next change of Run `id` in the index, after `ms`, or when `signal` aborts, whichever is first. */
@@ -144,7 +130,8 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   const pollMs = deps.pollMs ?? defaultPollMs
   let wait = pollMs
   let cursor = afterId
-  let ended: RunResource | "deleted" | undefined
+  /** The Run's status once seen final; "deleted" when the Run went away first. */
+  let ended: { phase: FinalRunStatus; code?: number | null; message?: string } | "deleted" | undefined
   while (!sse.signal.aborted) {
     const chunks = deps.logs.readChunks(runId, cursor, readBatch)
     for (const chunk of chunks) {
@@ -160,8 +147,9 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
     if (ended !== undefined) break
     // The watched index costs no request; a Run it has not seen yet is asked for.
     const run = deps.index.runs.get(runId) ?? (await deps.resources.getRun(runId))
+    const phase = run?.status?.phase
     if (run === undefined) ended = "deleted"
-    else if (isFinalRunStatus(run.status?.phase)) ended = run
+    else if (isFinalRunStatus(phase)) ended = { ...run.status, phase }
     else {
       // The Run's next change (its final phase, say) ends the wait at once; quiet output backs off.
       await nextChange(deps.index.runs, runId, wait, sse.signal)
@@ -170,12 +158,12 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   }
   if (ended === undefined || sse.signal.aborted) return
   if (ended === "deleted") {
+    // Deleting a Run stops it (the operator aborts it): the stream ends as a stopped run's does.
     await sse.send({ event: "error", message: `run "${runId}" was deleted before it finished` })
-    await sse.send({ event: "exit", code: 1, run_id: runId })
+    await sse.send({ event: "exit", code: runExitCode("aborted"), run_id: runId })
     return
   }
-  const phase = ended.status?.phase
-  if (phase === "error") await sse.send({ event: "error", message: ended.status?.message || "the run failed" })
-  const code = ended.status?.code ?? (phase === "success" ? 0 : 1)
-  await sse.send({ event: "exit", code, run_id: runId })
+  // What the Run's status says: the operator settled its code with runExitCode, which stands in only for a status without one.
+  if (ended.phase === "error") await sse.send({ event: "error", message: ended.message || "the run failed" })
+  await sse.send({ event: "exit", code: ended.code ?? runExitCode(ended.phase), run_id: runId })
 }

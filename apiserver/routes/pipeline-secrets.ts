@@ -1,11 +1,12 @@
 import Router from "@koa/router"
 import { notFound } from "../../lib/core/errors.ts"
+import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import { pipelineScope, type SecretStore } from "../../lib/secrets/secret-store.ts"
+import { findPipeline } from "../find-pipeline.ts"
 import type { ResourceIndex } from "../resource-index.ts"
-import { findPipeline, type Resources } from "../resources.ts"
 
 export type PipelineSecretRoutesDeps = {
-  resources: Pick<Resources, "getPipeline">
+  resources: Pick<ResourceClient, "getPipeline">
   index: Pick<ResourceIndex, "pipelines">
   secrets: Pick<SecretStore, "keys" | "delete">
 }

@@ -1,29 +1,29 @@
 import Router from "@koa/router"
 import type { Feature } from "../../lib/config/features.ts"
-import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
+import type { ResourceClient } from "../../lib/kube/resource-client.ts"
+import {
+  type PipelineObject,
+  type PipelineSpec,
+  type RunTriggerType,
+  runnelApiVersion,
+} from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { pipelineScope, type SecretStore } from "../../lib/secrets/secret-store.ts"
 import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
+import { checkPipelineName, findPipeline } from "../find-pipeline.ts"
 import type { OwnWrites } from "../kubernetes-audit.ts"
 import { admitRun, createRun, refuseIfPaused } from "../new-run.ts"
 import { type PipelineWrite, pipelineFields, pipelineWrite } from "../pipeline-body.ts"
 import type { ResourceIndex } from "../resource-index.ts"
-import {
-  checkPipelineName,
-  findPipeline,
-  type PipelineResource,
-  type PipelineSpec,
-  type Resources,
-  runnelApiVersion,
-} from "../resources.ts"
 import { pageOf, paginate, pipelineView, updatedAtAnnotation } from "../views.ts"
 import { simulatedWebhook } from "../webhooks/simulated.ts"
 import { webhookRun } from "../webhooks/webhook-run.ts"
 
 export type PipelineRoutesDeps = {
   resources: Pick<
-    Resources,
+    ResourceClient,
     | "getPipeline"
     | "createPipeline"
     | "replacePipeline"
@@ -53,7 +53,9 @@ export type PipelineRoutesDeps = {
   own: OwnWrites
 }
 
-const triggerModes = ["manual", "args", "webhook"]
+const triggerModes = ["manual", "args", "webhook"] as const satisfies readonly RunTriggerType[]
+const isTriggerMode = (mode: unknown): mode is (typeof triggerModes)[number] =>
+  triggerModes.some((known) => known === mode)
 
 /** Pipelines over the Pipeline resource, and triggers that create Runs (contract.md sections 4 and 7). */
 export function pipelineRoutes({
@@ -71,7 +73,7 @@ export function pipelineRoutes({
   const router = new Router()
   const record = (
     event: AuditEvent,
-    pipeline: PipelineResource,
+    pipeline: PipelineObject,
     extra: { old?: string | null; new?: string | null } = {},
   ) =>
     audit({
@@ -82,13 +84,13 @@ export function pipelineRoutes({
       ...extra,
     })
   /** pipeline.upsert, and pipeline.rbac.update when the expression changed (old and new). */
-  const recordUpsert = (stored: PipelineResource, previous?: PipelineSpec) => {
+  const recordUpsert = (stored: PipelineObject, previous?: PipelineSpec) => {
     record("pipeline.upsert", stored)
     const before = previous?.rbacExpression ?? null
     const after = stored.spec.rbacExpression ?? null
     if (before !== after) record("pipeline.rbac.update", stored, { old: before, new: after })
   }
-  const view = (pipeline: PipelineResource) => pipelineView(pipeline, defaultDriver)
+  const view = (pipeline: PipelineObject) => pipelineView(pipeline, defaultDriver)
   const found = async (key: string) => {
     const pipeline = await findPipeline(resources, index.pipelines, key)
     if (pipeline === undefined) throw notFound("pipeline", key)
@@ -98,7 +100,7 @@ export function pipelineRoutes({
   const rules = { defaultDriver, allowedDrivers, features }
   const newRunDeps = { resources, index, secrets, logs, maxQueueSize }
   /** The parts of a write kept outside the Pipeline: its webhook Secret and its secrets. */
-  const storeWriteOnly = async (pipeline: PipelineResource, write: PipelineWrite, previous?: PipelineSpec) => {
+  const storeWriteOnly = async (pipeline: PipelineObject, write: PipelineWrite, previous?: PipelineSpec) => {
     if (write.webhookSecret !== undefined && write.webhookSecret !== "") {
       await resources.putWebhookSecret(pipeline, write.webhookSecret)
     } else if (write.webhookSecret === "" && previous?.webhookSecretRef !== undefined) {
@@ -119,7 +121,7 @@ export function pipelineRoutes({
       }),
     )
   /** A Pipeline this server wrote, in the index at once so the writer's next read sees it. */
-  const stored = (pipeline: PipelineResource) => {
+  const stored = (pipeline: PipelineObject) => {
     index.pipelines.observe(pipeline)
     return pipeline
   }
@@ -151,7 +153,7 @@ export function pipelineRoutes({
     // The operator writes the Pipeline's status between our read and our write; a stale
     // resourceVersion (409) is read again and retried a few times before it reaches the client.
     let current = existing
-    let replaced: PipelineResource | undefined
+    let replaced: PipelineObject | undefined
     for (let attempt = 1; replaced === undefined; attempt++) {
       const metadata = current.metadata ?? {}
       try {
@@ -250,7 +252,7 @@ export function pipelineRoutes({
     const body = objectBody(ctx.state.body, { required: false })
     onlyFields(body, ["mode", "args", "webhook"])
     const mode = body.mode ?? "manual"
-    if (typeof mode !== "string" || !triggerModes.includes(mode)) {
+    if (!isTriggerMode(mode)) {
       throw badRequest(`"mode" ${JSON.stringify(mode)} is not a trigger mode; known: ${triggerModes.join(", ")}`)
     }
     const args = body.args ?? []
@@ -259,11 +261,7 @@ export function pipelineRoutes({
     }
     if (mode === "webhook") {
       if (!features.includes("webhooks")) {
-        throw new RunnelError(
-          403,
-          "feature_disabled",
-          'the "webhooks" feature is not enabled on this server; start it with --allowed-features naming webhooks',
-        )
+        throw featureDisabled("webhooks")
       }
       const request = simulatedWebhook(body.webhook)
       const pipeline = await found(ctx.params.id ?? "")

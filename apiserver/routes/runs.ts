@@ -1,13 +1,15 @@
 import Router from "@koa/router"
-import { badRequest, notFound, RunnelError } from "../../lib/core/errors.ts"
+import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus, runStatuses } from "../../lib/core/status.ts"
+import type { ResourceClient } from "../../lib/kube/resource-client.ts"
+import type { RunObject } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
+import { isResourceName } from "../find-pipeline.ts"
 import type { ResourceIndex } from "../resource-index.ts"
-import { isResourceName, type Resources, type RunResource } from "../resources.ts"
 import { pageEnvelope, pageOf, queryString, runView } from "../views.ts"
 
 export type RunRoutesDeps = {
-  resources: Pick<Resources, "getRun" | "patchRun">
+  resources: Pick<ResourceClient, "getRun" | "patchRun">
   index: Pick<ResourceIndex, "pipelines" | "runs">
   logs: Pick<LogStore, "tasks" | "output">
   /** The enabled feature names: gates answer only when `gates` is one. */
@@ -24,7 +26,7 @@ export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): 
     if (run === undefined) throw notFound("run", id)
     return run
   }
-  const view = (run: RunResource) => runView(run, pipelineIds())
+  const view = (run: RunObject) => runView(run, pipelineIds())
 
   router.get("/api/runs", async (ctx) => {
     const page = pageOf(ctx.query)
@@ -77,11 +79,7 @@ export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): 
 
   router.get("/api/runs/:id/gates", async (ctx) => {
     if (!features.includes("gates")) {
-      throw new RunnelError(
-        403,
-        "feature_disabled",
-        'the "gates" feature is not enabled on this server; start it with --allowed-features naming gates',
-      )
+      throw featureDisabled("gates")
     }
     await found(ctx.params.id ?? "")
     // Gates arrive with their own issue; until then no run has any.
@@ -99,7 +97,7 @@ export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): 
         `run "${id}" has already finished with status ${phase}; there is nothing to stop`,
       )
     }
-    const stopped = await resources.patchRun(id, { spec: { stop: true } } as Partial<RunResource>)
+    const stopped = await resources.patchRun(id, { spec: { stop: true } } as Partial<RunObject>)
     if (stopped === undefined) throw notFound("run", id)
     index.runs.observe(stopped)
     ctx.body = view(stopped)

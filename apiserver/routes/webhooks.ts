@@ -1,16 +1,18 @@
 import Router from "@koa/router"
 import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
-import { notFound, RunnelError } from "../../lib/core/errors.ts"
+import { featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus } from "../../lib/core/status.ts"
+import type { ResourceClient } from "../../lib/kube/resource-client.ts"
+import type { RunObject, RunWebhookResponse } from "../../lib/kube/resources.ts"
 import { rawBody } from "../body.ts"
+import { findPipeline } from "../find-pipeline.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
-import { findPipeline, type Resources, type RunResource } from "../resources.ts"
 import { detectProvider, verifyWebhook } from "../webhooks/providers.ts"
 import { webhookRun } from "../webhooks/webhook-run.ts"
 
 export type WebhookRoutesDeps = NewRunDeps & {
-  resources: Pick<Resources, "webhookSecret">
+  resources: Pick<ResourceClient, "webhookSecret">
   features: readonly Feature[]
   /** Larger bodies answer 413. */
   maxBodyBytes: number
@@ -35,11 +37,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): Router {
 
   router.all("/api/webhooks/:pipeline_id", async (ctx) => {
     if (!deps.features.includes("webhooks")) {
-      throw new RunnelError(
-        403,
-        "feature_disabled",
-        'the "webhooks" feature is not enabled on this server; start it with --allowed-features naming webhooks',
-      )
+      throw featureDisabled("webhooks")
     }
     const body = await rawBody(ctx.req, ctx.get("Content-Length"), deps.maxBodyBytes)
     const key = ctx.params.pipeline_id ?? ""
@@ -59,7 +57,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): Router {
 }
 
 /** The pipeline's response when it gives one in time, else 202 with the run's id. */
-async function answer(ctx: Context, run: RunResource, deps: WebhookRoutesDeps): Promise<void> {
+async function answer(ctx: Context, run: RunObject, deps: WebhookRoutesDeps): Promise<void> {
   const id = run.metadata?.name ?? ""
   const response = await responseOf(id, deps)
   if (response === undefined) {
@@ -75,24 +73,22 @@ async function answer(ctx: Context, run: RunResource, deps: WebhookRoutesDeps): 
   ctx.body = response.body ?? ""
 }
 
-type WebhookResponse = NonNullable<NonNullable<RunResource["status"]>["webhookResponse"]>
-
 /**
  * Waits on the watched index for the Run's `status.webhookResponse`: resolves
  * with it, or with undefined once the run is final (or gone) without one, or
  * the timeout passes, or the client leaves.
  */
-function responseOf(id: string, deps: WebhookRoutesDeps): Promise<WebhookResponse | undefined> {
+function responseOf(id: string, deps: WebhookRoutesDeps): Promise<RunWebhookResponse | undefined> {
   return new Promise((resolve) => {
     let settled = false
-    const settle = (response: WebhookResponse | undefined) => {
+    const settle = (response: RunWebhookResponse | undefined) => {
       if (settled) return
       settled = true
       clearTimeout(timer)
       unsubscribe()
       resolve(response)
     }
-    const look = (run: RunResource | undefined) => {
+    const look = (run: RunObject | undefined) => {
       const response = run?.status?.webhookResponse
       if (response !== undefined) settle(response)
       else if (run === undefined || isFinalRunStatus(run.status?.phase)) settle(undefined)

@@ -2,7 +2,7 @@ import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { detectProvider, verifyWebhook, webhookProviders } from "./providers.ts"
 import { clock, hmacHex, refusal, secret, webhookRequest } from "./test-request.fixture.ts"
-import type { WebhookRequest } from "./webhook-provider.ts"
+import type { IncomingWebhook } from "./webhook-provider.ts"
 
 const names = webhookProviders.map((provider) => provider.name)
 
@@ -148,7 +148,7 @@ const body = fc.oneof(
     .record({ type: fc.jsonValue(), action: fc.jsonValue(), event: fc.jsonValue(), messages: fc.jsonValue() })
     .map((object) => Buffer.from(JSON.stringify(object))),
 )
-const requests: fc.Arbitrary<WebhookRequest> = fc
+const requests: fc.Arbitrary<IncomingWebhook> = fc
   .record({ headers, query, body })
   .map((r) => ({ method: "POST", headers: r.headers, query: r.query, rawBody: r.body }))
 
@@ -201,7 +201,7 @@ describe("webhook providers on arbitrary input", () => {
       fc.property(fc.uint8Array({ maxLength: 256 }), fc.string({ minLength: 1, unit: "grapheme" }), (bytes, key) => {
         const raw = Buffer.from(bytes)
         const hex = hmacHex(key, raw)
-        const signed: [string, WebhookRequest][] = [
+        const signed: [string, IncomingWebhook][] = [
           ["github", { ...webhookRequest({ "x-hub-signature-256": `sha256=${hex}` }), rawBody: raw }],
           ["gitlab", { ...webhookRequest({ "x-gitlab-token": `sha256=${hex}` }), rawBody: raw }],
           ["bitbucket", { ...webhookRequest({ "x-hub-signature": `sha256=${hex}` }), rawBody: raw }],

@@ -9,9 +9,9 @@ import { sentry } from "./providers/sentry.ts"
 import { slack } from "./providers/slack.ts"
 import { stripe } from "./providers/stripe.ts"
 import { accepted, refused } from "./signature.ts"
-import type { Verification, VerifyOptions, WebhookProvider, WebhookRequest } from "./webhook-provider.ts"
+import type { IncomingWebhook, Verification, VerifyOptions, WebhookProvider } from "./webhook-provider.ts"
 
-export type { Verification, VerifyOptions, WebhookProvider, WebhookRequest } from "./webhook-provider.ts"
+export type { IncomingWebhook, Verification, VerifyOptions, WebhookProvider } from "./webhook-provider.ts"
 
 /**
  * Every webhook provider, in detection order (interface.md, Incoming webhooks):
@@ -37,7 +37,7 @@ export type DetectedWebhook = { provider: string; eventType: string }
 export const defaultMaxAgeMs = 5 * 60_000
 
 /** The provider that sent `request` and its event type ("" when the request does not say). Never throws. */
-export function detectProvider(request: WebhookRequest): DetectedWebhook {
+export function detectProvider(request: IncomingWebhook): DetectedWebhook {
   const provider = webhookProviders.find((candidate) => candidate.matches(request)) ?? generic
   return { provider: provider.name, eventType: provider.eventType(request) }
 }
@@ -51,7 +51,7 @@ export function detectProvider(request: WebhookRequest): DetectedWebhook {
  * the secret or the expected signature. Never throws.
  */
 export function verifyWebhook(
-  request: WebhookRequest,
+  request: IncomingWebhook,
   provider: string,
   secret: string | undefined,
   options: VerifyOptions = { now: new Date(), maxAgeMs: defaultMaxAgeMs },

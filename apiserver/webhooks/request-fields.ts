@@ -1,4 +1,4 @@
-import type { WebhookRequest } from "./webhook-provider.ts"
+import type { IncomingWebhook } from "./webhook-provider.ts"
 
 /**
  * Every value a header or query parameter has, from the node:http form
@@ -12,28 +12,28 @@ function valuesOf(record: Readonly<Record<string, string | string[] | undefined>
   return Array.isArray(value) ? value.filter((item) => typeof item === "string") : [value]
 }
 
-export function headerValues(request: WebhookRequest, name: string): string[] {
+export function headerValues(request: IncomingWebhook, name: string): string[] {
   return valuesOf(request.headers, name)
 }
 
-export function queryValues(request: WebhookRequest, name: string): string[] {
+export function queryValues(request: IncomingWebhook, name: string): string[] {
   return valuesOf(request.query, name)
 }
 
 /** True when the header was sent, even empty: detection is by presence. */
-export function hasHeader(request: WebhookRequest, name: string): boolean {
+export function hasHeader(request: IncomingWebhook, name: string): boolean {
   return headerValues(request, name).length > 0
 }
 
 /** The header's first value, "" when absent: for event types, where a repeated header is not a security question. */
-export function firstHeader(request: WebhookRequest, name: string): string {
+export function firstHeader(request: IncomingWebhook, name: string): string {
   return headerValues(request, name)[0] ?? ""
 }
 
-const parsedBodies = new WeakMap<WebhookRequest, Record<string, unknown> | undefined>()
+const parsedBodies = new WeakMap<IncomingWebhook, Record<string, unknown> | undefined>()
 
 /** The body as a JSON object, or undefined when it is not one (not JSON, an array, a scalar). Never throws. */
-export function jsonBody(request: WebhookRequest): Record<string, unknown> | undefined {
+export function jsonBody(request: IncomingWebhook): Record<string, unknown> | undefined {
   if (parsedBodies.has(request)) return parsedBodies.get(request)
   let body: Record<string, unknown> | undefined
   try {

@@ -1,6 +1,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
+import { formatDuration } from "../../lib/core/duration.ts"
 import { headerValues } from "./request-fields.ts"
-import type { Verification, VerifyOptions, WebhookRequest } from "./webhook-provider.ts"
+import type { IncomingWebhook, Verification, VerifyOptions } from "./webhook-provider.ts"
 
 export const accepted: Verification = Object.freeze({ ok: true })
 export const refused = (message: string): Verification => ({ ok: false, message })
@@ -46,7 +47,7 @@ export function tokenMatches(token: string, secret: string): boolean {
  * A repeated header is refused rather than guessed at: which copy is the
  * genuine one is not for us to pick. `display` is the header's usual spelling.
  */
-export function oneHeader(request: WebhookRequest, name: string, display: string): string | Verification {
+export function oneHeader(request: IncomingWebhook, name: string, display: string): string | Verification {
   const values = headerValues(request, name)
   if (values.length === 0) return refused(`the ${display} header is missing`)
   if (values.length > 1) return refused(`the ${display} header was sent ${values.length} times; send it once`)
@@ -70,12 +71,15 @@ export function mismatch(what: string): Verification {
 export function checkTimestamp(seconds: number, options: VerifyOptions, what: string): Verification {
   const ageMs = options.now.getTime() - seconds * 1000
   const limit = formatDuration(options.maxAgeMs)
+  // The timestamp has whole seconds, so the age is known to the second: the milliseconds of this server's clock
+  // would say nothing about the sender.
+  const shown = (ms: number) => formatDuration(ms < 1000 ? ms : ms - (ms % 1000))
   if (ageMs > options.maxAgeMs) {
-    return refused(`${what} is ${formatDuration(ageMs)} old; older than ${limit} is refused as a replay`)
+    return refused(`${what} is ${shown(ageMs)} old; older than ${limit} is refused as a replay`)
   }
   if (-ageMs > options.maxAgeMs) {
     return refused(
-      `${what} is ${formatDuration(-ageMs)} in the future; more than ${limit} ahead is refused (check the sender's and this server's clocks)`,
+      `${what} is ${shown(-ageMs)} in the future; more than ${limit} ahead is refused (check the sender's and this server's clocks)`,
     )
   }
   return accepted
@@ -86,30 +90,12 @@ export function parseSeconds(text: string): number | undefined {
   return /^\d{1,12}$/.test(text) ? Number(text) : undefined
 }
 
-/** A duration the way runnel's flags write one: 7m, 1m30s, 2h5m, 3d4h. */
-export function formatDuration(ms: number): string {
-  let seconds = Math.floor(Math.max(0, ms) / 1000)
-  if (seconds === 0) return ms > 0 ? `${Math.max(1, Math.floor(ms))}ms` : "0s"
-  const parts: string[] = []
-  for (const [unit, size] of [
-    ["d", 86_400],
-    ["h", 3600],
-    ["m", 60],
-    ["s", 1],
-  ] as const) {
-    const count = Math.floor(seconds / size)
-    seconds -= count * size
-    if (count > 0) parts.push(`${count}${unit}`)
-  }
-  return parts.join("")
-}
-
 /**
  * The common scheme: one header carrying `<prefix><hex HMAC-SHA256 of the raw body>`
  * (GitHub and Bitbucket with prefix "sha256=", Linear and Sentry with none).
  */
 export function verifyBodyHmac(
-  request: WebhookRequest,
+  request: IncomingWebhook,
   secret: string,
   header: { name: string; display: string; prefix: string },
 ): Verification {

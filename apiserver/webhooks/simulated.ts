@@ -1,5 +1,5 @@
 import { badRequest } from "../../lib/core/errors.ts"
-import type { WebhookRequest } from "./webhook-provider.ts"
+import type { IncomingWebhook } from "./webhook-provider.ts"
 
 const methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -8,7 +8,7 @@ const methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
  * (`{"webhook": {"method", "headers", "body"}}`): the pipeline runs as if it
  * had arrived. A body given as JSON rather than text is sent as its JSON text.
  */
-export function simulatedWebhook(value: unknown): WebhookRequest {
+export function simulatedWebhook(value: unknown): IncomingWebhook {
   if (value === undefined || value === null) return { method: "POST", headers: {}, rawBody: Buffer.alloc(0), query: {} }
   if (typeof value !== "object" || Array.isArray(value)) {
     throw badRequest('"webhook" must be an object: {"method": "POST", "headers": {...}, "body": "..."}')

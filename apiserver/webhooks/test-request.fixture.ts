@@ -2,7 +2,7 @@
 // the documented HMAC computed here with node:crypto, independently of signature.ts.
 import { createHmac } from "node:crypto"
 import { expect } from "vitest"
-import type { Verification, VerifyOptions, WebhookRequest } from "./webhook-provider.ts"
+import type { IncomingWebhook, Verification, VerifyOptions } from "./webhook-provider.ts"
 
 export const secret = "It's a Secret to Everybody"
 export const now = new Date("2025-06-01T12:00:00Z")
@@ -10,10 +10,10 @@ export const nowSeconds = Math.floor(now.getTime() / 1000)
 export const clock: VerifyOptions = { now, maxAgeMs: 5 * 60_000 }
 
 export function webhookRequest(
-  headers: WebhookRequest["headers"],
+  headers: IncomingWebhook["headers"],
   body: string | Buffer = "{}",
-  query: WebhookRequest["query"] = {},
-): WebhookRequest {
+  query: IncomingWebhook["query"] = {},
+): IncomingWebhook {
   return { method: "POST", headers, rawBody: Buffer.from(body), query, url: "/api/webhooks/demo" }
 }
 

@@ -4,8 +4,10 @@
  * IncomingMessage.headers' form (lower-case names, an array when a header
  * came more than once); `rawBody` is the body exactly as received, since
  * every signature is computed over those bytes and not over a re-encoding.
+ * (The same request as the pipeline later sees it, from its Run, is
+ * WebhookRequest in lib/core.)
  */
-export type WebhookRequest = {
+export type IncomingWebhook = {
   method: string
   headers: Readonly<Record<string, string | string[] | undefined>>
   rawBody: Buffer
@@ -36,7 +38,7 @@ export interface WebhookProvider {
   readonly name: string
   /** True when a request is refused unless a secret is configured, whatever it carries. */
   readonly secretRequired: boolean
-  matches(request: WebhookRequest): boolean
-  eventType(request: WebhookRequest): string
-  verify(request: WebhookRequest, secret: string, options: VerifyOptions): Verification
+  matches(request: IncomingWebhook): boolean
+  eventType(request: IncomingWebhook): string
+  verify(request: IncomingWebhook, secret: string, options: VerifyOptions): Verification
 }

@@ -1,7 +1,7 @@
 import { webhookBodyAttachment } from "../../lib/core/webhook-request.ts"
+import type { RunWebhook } from "../../lib/kube/resources.ts"
 import type { NewRun } from "../new-run.ts"
-import type { RunWebhook } from "../resources.ts"
-import { detectProvider, type WebhookRequest } from "./providers.ts"
+import { detectProvider, type IncomingWebhook } from "./providers.ts"
 
 /** Bodies above this stay out of the Run (its whole object is limited to about 1.5 MiB in etcd). */
 export const maxBodyInRun = 512 * 1024
@@ -18,7 +18,7 @@ const withheldHeaders = new Set(["authorization", "proxy-authorization", "cookie
  * repeated headers and parameters joined with ", "), the body in the Run or,
  * above 512 KiB, in the log store.
  */
-export function webhookRun(request: WebhookRequest, by: string): NewRun {
+export function webhookRun(request: IncomingWebhook, by: string): NewRun {
   const { provider, eventType } = detectProvider(request)
   const body = request.rawBody.toString("utf8")
   const webhook: RunWebhook = {

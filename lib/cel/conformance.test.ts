@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs"
 import { describe, expect, it } from "vitest"
-import { type ConformanceCase, runConformanceCase } from "./conformance.ts"
+import { type ConformanceCase, runConformanceCase } from "./conformance.fixture.ts"
 
 // The CEL specification's conformance cases for the sections runnel's rules
 // use (testdata/cel-conformance-core.json), run through @marcbachmann/cel-js.

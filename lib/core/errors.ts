@@ -22,6 +22,18 @@ export const notFound = (what: string, key: string, hint?: string) =>
   new RunnelError(404, "not_found", `${what} "${key}" not found${hint === undefined ? "" : `: ${hint}`}`)
 
 /**
+ * A request for a feature this server was started without (`--allowed-features`):
+ * 403, naming the feature and how to enable it. One constructor, so every route
+ * that checks a feature says it the same way.
+ */
+export const featureDisabled = (feature: string) =>
+  new RunnelError(
+    403,
+    "feature_disabled",
+    `the "${feature}" feature is not enabled on this server; start it with --allowed-features naming ${feature}`,
+  )
+
+/**
  * runnel could not do its part of a run: the script does not compile, a secret
  * is missing, the driver is down, a sandbox limit was hit. A run that ends with
  * one is `error`, not `failure`: the pipeline's own logic did not fail.

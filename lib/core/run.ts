@@ -21,7 +21,8 @@ export type RunResult = {
   readonly status: FinalRunStatus
   readonly code: number
   readonly message: string | null
-  readonly startedAt: string
+  /** Null for a run that ended before it started (the operator refused it: no pipeline, stopped while queued). */
+  readonly startedAt: string | null
   readonly finishedAt: string
   readonly tasks: readonly TaskRecord[]
 }

@@ -1,4 +1,4 @@
-import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite"
+import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite"
 import {
   isMainThread,
   MessageChannel,
@@ -11,12 +11,10 @@ import {
 import { badRequest, errorMessage, SystemError } from "../core/errors.ts"
 import type { OutputStream, TaskRecord } from "../core/run.ts"
 import type { TaskStatus } from "../core/status.ts"
+import { migrate, openDatabase, transaction } from "../sqlite/database.ts"
 import type { LogStore, SearchHit, StoredChunk } from "./log-store.ts"
 
-/**
- * Schema steps, applied in order; `PRAGMA user_version` counts the steps a
- * file has. Append new steps, never edit one that has shipped.
- */
+/** Schema steps for migrate(): append new steps, never edit one that has shipped. */
 const migrations: readonly string[] = [
   `CREATE TABLE tasks (
      run_id TEXT NOT NULL,
@@ -49,6 +47,8 @@ const migrations: readonly string[] = [
 ]
 
 const busyTimeoutMs = 5_000
+/** Both connections, the store's and its writer's; NORMAL, since a stream of output cannot wait for a sync per commit. */
+const databaseOptions = { what: "the log store", busyTimeoutMs, synchronous: "NORMAL" } as const
 /** Queued output is handed to the writer once per event-loop turn, or sooner once this much text is queued. */
 const batchChars = 1 << 20
 /** Text handed over but not yet written; beyond it append() waits for the writer, so memory stays bounded. */
@@ -83,42 +83,13 @@ const writerRole = "runnel-log-writer"
 
 /** Opens (creating or migrating) the log store in the SQLite file at `path`; `:memory:` for a private store. */
 export async function openSqliteLogStore(path: string): Promise<LogStore> {
-  let db: DatabaseSync
+  const db = openDatabase(path, databaseOptions)
   try {
-    db = new DatabaseSync(path, { timeout: busyTimeoutMs })
-  } catch (error) {
-    throw new SystemError(`cannot open the log store "${path}": ${errorMessage(error)}`, { cause: error })
-  }
-  try {
-    db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
-    migrate(db)
+    migrate(db, migrations)
     const writer = path === ":memory:" ? inlineWriter(db) : await threadWriter(path)
     return new SqliteLogStore(db, writer)
   } catch (error) {
     db.close()
-    throw error
-  }
-}
-
-function migrate(db: DatabaseSync): void {
-  const version = () => Number(db.prepare("PRAGMA user_version").get()?.user_version ?? 0)
-  if (version() >= migrations.length) return
-  // IMMEDIATE: two processes opening a new file at once take turns, and the second sees the first's steps.
-  transaction(db, () => {
-    for (let step = version(); step < migrations.length; step++) {
-      db.exec(migrations[step] ?? "")
-      db.exec(`PRAGMA user_version = ${step + 1}`)
-    }
-  })
-}
-
-function transaction(db: DatabaseSync, work: () => void): void {
-  db.exec("BEGIN IMMEDIATE")
-  try {
-    work()
-    db.exec("COMMIT")
-  } catch (error) {
-    db.exec("ROLLBACK")
     throw error
   }
 }
@@ -558,10 +529,10 @@ async function threadWriter(path: string): Promise<Writer> {
 }
 
 function runWriter(path: string, shared: Int32Array, batches: MessagePort, store: MessagePort): void {
-  const db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+  const db = openDatabase(path, databaseOptions)
   try {
     // Checkpoints run below, after a commit is announced, so that reads waiting for it do not wait for them too.
-    db.exec("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0")
+    db.exec("PRAGMA wal_autocheckpoint = 0")
     writeLoop(db, shared, batches, store)
   } catch (error) {
     Atomics.store(shared, slots.failed, 1)

@@ -18,3 +18,11 @@ export function inferContentType(content: string): ContentType {
   }
   return "ts"
 }
+
+/**
+ * The content type of a pipeline: its `contentType`, else inferred from its
+ * content as above.
+ */
+export function contentTypeOf(spec: { readonly content: string; readonly contentType?: ContentType }): ContentType {
+  return spec.contentType ?? inferContentType(spec.content)
+}

@@ -1,3 +1,4 @@
+import { createCipheriv } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -230,6 +231,38 @@ describe("SQLite secret store encryption", () => {
 })
 
 describe("SQLite secret store keys", () => {
+  it("reads a database as earlier versions wrote it, sealed with node:crypto alone", async () => {
+    const path = tempFile()
+    const key = Buffer.alloc(32, 7)
+    writeFileSync(`${path}.key`, `${key.toString("base64")}\n`, { mode: 0o600 })
+    const seal = (text: string, aad: Buffer) => {
+      const iv = Buffer.alloc(12, 1)
+      const cipher = createCipheriv("aes-256-gcm", key, iv, { authTagLength: 16 })
+      cipher.setAAD(aad)
+      const ciphertext = Buffer.concat([cipher.update(text, "utf8"), cipher.final()])
+      return [iv, cipher.getAuthTag(), ciphertext]
+    }
+    const db = new DatabaseSync(path)
+    db.exec(`PRAGMA journal_mode = WAL;
+      CREATE TABLE secrets (scope TEXT NOT NULL, key TEXT NOT NULL, iv BLOB NOT NULL, tag BLOB NOT NULL,
+        ciphertext BLOB NOT NULL, PRIMARY KEY (scope, key)) WITHOUT ROWID;
+      CREATE TABLE key_check (id INTEGER PRIMARY KEY CHECK (id = 1), source TEXT NOT NULL, iv BLOB NOT NULL,
+        tag BLOB NOT NULL, ciphertext BLOB NOT NULL);
+      PRAGMA user_version = 1;`)
+    db.prepare("INSERT INTO key_check VALUES (1, 'key-file', ?, ?, ?)").run(
+      ...seal("runnel secret store key check", Buffer.from("runnel:key-check")),
+    )
+    const rowAad = Buffer.from(JSON.stringify(["runnel:secret", pipelineA, "TOKEN"]), "utf8")
+    db.prepare("INSERT INTO secrets VALUES (?, 'TOKEN', ?, ?, ?)").run(pipelineA, ...seal("from-before", rowAad))
+    db.close()
+
+    const store = await open({ path })
+    expect(await store.get(pipelineA, "TOKEN")).toBe("from-before")
+    expect(readFileSync(`${path}.key`, "utf8")).toBe(`${key.toString("base64")}\n`)
+    writeFileSync(`${path}.key`, `${Buffer.alloc(32, 8).toString("base64")}\n`)
+    await expect(openSqliteSecretStore({ path })).rejects.toThrow(`the key in "${path}.key" does not match`)
+  })
+
   it("derives the key from the passphrase and reopens with the same one, making no key file", async () => {
     const path = tempFile()
     const first = await openSqliteSecretStore({ path, passphrase: "hunter2" })

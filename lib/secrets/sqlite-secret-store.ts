@@ -1,8 +1,9 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes, randomUUID } from "node:crypto"
-import { chmodSync, closeSync, fsyncSync, linkSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs"
-import { DatabaseSync, type StatementSync } from "node:sqlite"
-import { badRequest, errorMessage, RunnelError, SystemError } from "../core/errors.ts"
-import { createKeyFile, keyBytes, readKeyFile } from "../core/key-file.ts"
+import type { DatabaseSync, StatementSync } from "node:sqlite"
+import { badRequest, RunnelError, SystemError } from "../core/errors.ts"
+import { checkKey, type KeyCheck } from "../crypto/key-check.ts"
+import { keyFromFile } from "../crypto/key-file.ts"
+import { keyFromPassphrase, randomKey, type Sealed, Sealer } from "../crypto/sealer.ts"
+import { migrate, openDatabase, transaction } from "../sqlite/database.ts"
 import { assertSecretEntry, assertSecretScope, type SecretStore } from "./secret-store.ts"
 
 export type SqliteSecretStoreOptions = {
@@ -14,10 +15,7 @@ export type SqliteSecretStoreOptions = {
   keyFile?: string
 }
 
-/**
- * Schema steps, applied in order; `PRAGMA user_version` counts the steps a
- * file has. Append new steps, never edit one that has shipped.
- */
+/** Schema steps for migrate(): append new steps, never edit one that has shipped. */
 const migrations: readonly string[] = [
   `CREATE TABLE secrets (
      scope TEXT NOT NULL,
@@ -38,16 +36,11 @@ const migrations: readonly string[] = [
 ]
 
 const busyTimeoutMs = 5_000
-const ivBytes = 12
-const tagBytes = 16
-/** A key file holds the key in base64 (44 characters), so that it can be copied into a Kubernetes Secret as is. */
 const keyFileWhat = (file: string) => `the secrets key file "${file}"`
-const keyCheckText = "runnel secret store key check"
-const keyCheckAad = Buffer.from("runnel:key-check")
+const keyCheck: KeyCheck = { text: "runnel secret store key check", aad: Buffer.from("runnel:key-check") }
 
 /** How the key of a database was chosen; stored beside the key check, so a mismatch can say what to do. */
 type KeySource = "passphrase" | "key-file" | "memory"
-type Sealed = { iv: Uint8Array; tag: Uint8Array; ciphertext: Uint8Array }
 
 /**
  * Opens (creating or migrating) the secret store in the SQLite file at `path`.
@@ -63,47 +56,20 @@ export async function openSqliteSecretStore(options: SqliteSecretStoreOptions): 
   if (passphrase !== undefined && options.keyFile !== undefined) {
     throw badRequest("give the secret store a passphrase or a key file, not both")
   }
-  let db: DatabaseSync
+  // FULL: secrets are written rarely, and one set must not be lost to a power cut.
+  const db = openDatabase(path, { what: "the secret store", busyTimeoutMs, synchronous: "FULL" })
+  let sealer: Sealer | undefined
   try {
-    db = new DatabaseSync(path, { timeout: busyTimeoutMs })
+    migrate(db, migrations)
+    const stored = readKeyCheck(db)
+    const { key, source } = chooseKey(stored, options)
+    sealer = new Sealer(key)
+    key.fill(0)
+    assertKeyMatches(db, sealer, source, stored, options)
+    return new SqliteSecretStore(db, sealer)
   } catch (error) {
-    throw new SystemError(`cannot open the secret store "${path}": ${errorMessage(error)}`, { cause: error })
-  }
-  let key: Buffer | undefined
-  try {
-    db.exec("PRAGMA journal_mode = WAL")
-    migrate(db)
-    const opened = chooseKey(db, options)
-    key = opened.key
-    checkKey(db, opened.key, opened.source, options)
-    return new SqliteSecretStore(db, opened.key)
-  } catch (error) {
-    key?.fill(0)
+    sealer?.close()
     db.close()
-    throw error
-  }
-}
-
-function migrate(db: DatabaseSync): void {
-  const version = () => Number(db.prepare("PRAGMA user_version").get()?.user_version ?? 0)
-  if (version() >= migrations.length) return
-  // IMMEDIATE: two processes opening a new file at once take turns, and the second sees the first's steps.
-  transaction(db, () => {
-    for (let step = version(); step < migrations.length; step++) {
-      db.exec(migrations[step] ?? "")
-      db.exec(`PRAGMA user_version = ${step + 1}`)
-    }
-  })
-}
-
-function transaction<T>(db: DatabaseSync, work: () => T): T {
-  db.exec("BEGIN IMMEDIATE")
-  try {
-    const result = work()
-    db.exec("COMMIT")
-    return result
-  } catch (error) {
-    db.exec("ROLLBACK")
     throw error
   }
 }
@@ -111,7 +77,9 @@ function transaction<T>(db: DatabaseSync, work: () => T): T {
 const mismatch = (message: string) => new RunnelError(500, "secrets_key_mismatch", message)
 const passphraseFlag = "--secrets-sqlite-passphrase"
 
-function readKeyCheck(db: DatabaseSync): (Sealed & { source: KeySource }) | undefined {
+type KeyCheckRow = Sealed & { readonly source: KeySource }
+
+function readKeyCheck(db: DatabaseSync): KeyCheckRow | undefined {
   const row = db.prepare("SELECT source, iv, tag, ciphertext FROM key_check WHERE id = 1").get()
   if (row === undefined) return undefined
   return {
@@ -127,51 +95,59 @@ function readKeyCheck(db: DatabaseSync): (Sealed & { source: KeySource }) | unde
  * says how its key was chosen; a key file it needs is never made up anew,
  * since a new key could not read what the old one wrote.
  */
-function chooseKey(db: DatabaseSync, options: SqliteSecretStoreOptions): { key: Buffer; source: KeySource } {
+function chooseKey(
+  stored: KeyCheckRow | undefined,
+  options: SqliteSecretStoreOptions,
+): { key: Buffer; source: KeySource } {
   const { path, passphrase } = options
-  const stored = readKeyCheck(db)
-  if (passphrase !== undefined) {
-    return { key: createHash("sha256").update(passphrase, "utf8").digest(), source: "passphrase" }
-  }
+  if (passphrase !== undefined) return { key: keyFromPassphrase(passphrase), source: "passphrase" }
   if (stored?.source === "passphrase") {
     throw mismatch(
       `the secret store "${path}" was created with a passphrase and none was given: the passphrase does not match the one the database was created with; start with that passphrase (${passphraseFlag})`,
     )
   }
-  if (path === ":memory:" && options.keyFile === undefined) return { key: randomBytes(keyBytes), source: "memory" }
+  if (path === ":memory:" && options.keyFile === undefined) return { key: randomKey(), source: "memory" }
   const keyFile = options.keyFile ?? `${path}.key`
-  const existing = readKeyFile(keyFile, keyFileWhat)
-  if (existing !== undefined) return { key: existing, source: "key-file" }
-  if (stored !== undefined) {
-    throw mismatch(
-      `the secret store "${path}" was created with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt the stored secrets)`,
-    )
-  }
-  return { key: createKeyFile(keyFile, keyFileWhat), source: "key-file" }
+  const key = keyFromFile(keyFile, keyFileWhat, {
+    mayCreate: stored === undefined,
+    missing: () =>
+      mismatch(
+        `the secret store "${path}" was created with the key in "${keyFile}", and that file is missing; restore it (a new key cannot decrypt the stored secrets)`,
+      ),
+  })
+  return { key, source: "key-file" }
 }
 
 /**
- * Stores the key check if the file has none yet, then decrypts the stored
- * one: the key is right if and only if that succeeds. Inside one IMMEDIATE
- * transaction, so that of two processes creating the file at once, the
- * second checks its key against the first's.
+ * Checks the key against the file's key check, storing one first if the
+ * file has none yet (see lib/crypto/key-check.ts); a key that does not match
+ * is refused with what to do, by how the file's key and this one were chosen.
  */
-function checkKey(db: DatabaseSync, key: Buffer, source: KeySource, options: SqliteSecretStoreOptions): void {
-  const stored = transaction(db, () => {
-    const existing = readKeyCheck(db)
-    if (existing !== undefined) return existing
-    const sealed = seal(key, keyCheckText, keyCheckAad)
-    db.prepare("INSERT INTO key_check (id, source, iv, tag, ciphertext) VALUES (1, ?, ?, ?, ?)").run(
-      source,
-      sealed.iv,
-      sealed.tag,
-      sealed.ciphertext,
-    )
-    return { source, ...sealed }
+function assertKeyMatches(
+  db: DatabaseSync,
+  sealer: Sealer,
+  source: KeySource,
+  stored: KeyCheckRow | undefined,
+  options: SqliteSecretStoreOptions,
+): void {
+  const { matches, stored: check } = checkKey(sealer, keyCheck, {
+    stored,
+    storeIfMissing: (fresh) =>
+      transaction(db, () => {
+        const existing = readKeyCheck(db)
+        if (existing !== undefined) return existing
+        db.prepare("INSERT INTO key_check (id, source, iv, tag, ciphertext) VALUES (1, ?, ?, ?, ?)").run(
+          source,
+          fresh.iv,
+          fresh.tag,
+          fresh.ciphertext,
+        )
+        return { ...fresh, source }
+      }),
   })
-  if (unseal(key, stored, keyCheckAad) === keyCheckText) return
+  if (matches) return
   const { path } = options
-  if (source === "passphrase" && stored.source === "passphrase") {
+  if (source === "passphrase" && check.source === "passphrase") {
     throw mismatch(
       `the passphrase does not match the one the secret store "${path}" was created with; start with that passphrase (${passphraseFlag}), or give a new passphrase with a new database file`,
     )
@@ -186,30 +162,6 @@ function checkKey(db: DatabaseSync, key: Buffer, source: KeySource, options: Sql
   )
 }
 
-function seal(key: Buffer, plaintext: string, aad: Buffer): Sealed {
-  // A fresh IV per value: GCM with a key and IV used twice leaks the XOR of the plaintexts and the authentication key.
-  const iv = randomBytes(ivBytes)
-  const cipher = createCipheriv("aes-256-gcm", key, iv, { authTagLength: tagBytes })
-  cipher.setAAD(aad)
-  const ciphertext = Buffer.concat([cipher.update(plaintext, "utf8"), cipher.final()])
-  return { iv, tag: cipher.getAuthTag(), ciphertext }
-}
-
-/** The plaintext, or undefined when the key, the AAD or any stored byte is not what sealed it. */
-function unseal(key: Buffer, sealed: Sealed, aad: Buffer): string | undefined {
-  if (sealed.iv.length !== ivBytes || sealed.tag.length !== tagBytes) return undefined
-  try {
-    const decipher = createDecipheriv("aes-256-gcm", key, sealed.iv, { authTagLength: tagBytes })
-    decipher.setAAD(aad)
-    decipher.setAuthTag(sealed.tag)
-    // final() throws when the tag does not verify; update()'s output is not to be trusted before it.
-    const plaintext = Buffer.concat([decipher.update(sealed.ciphertext), decipher.final()])
-    return plaintext.toString("utf8")
-  } catch {
-    return undefined
-  }
-}
-
 /**
  * Binds a value to its row: a ciphertext copied to another key or scope does
  * not decrypt there. JSON, so that no scope and key pair reads as another.
@@ -218,7 +170,7 @@ const rowAad = (scope: string, key: string) => Buffer.from(JSON.stringify(["runn
 
 class SqliteSecretStore implements SecretStore {
   readonly #db: DatabaseSync
-  readonly #key: Buffer
+  readonly #sealer: Sealer
   readonly #upsert: StatementSync
   readonly #select: StatementSync
   readonly #selectKeys: StatementSync
@@ -227,9 +179,9 @@ class SqliteSecretStore implements SecretStore {
   readonly #deleteScope: StatementSync
   #closed = false
 
-  constructor(db: DatabaseSync, key: Buffer) {
+  constructor(db: DatabaseSync, sealer: Sealer) {
     this.#db = db
-    this.#key = key
+    this.#sealer = sealer
     this.#upsert = db.prepare(
       `INSERT INTO secrets (scope, key, iv, tag, ciphertext) VALUES (?, ?, ?, ?, ?)
        ON CONFLICT (scope, key) DO UPDATE SET iv = excluded.iv, tag = excluded.tag, ciphertext = excluded.ciphertext`,
@@ -248,7 +200,7 @@ class SqliteSecretStore implements SecretStore {
     // Every entry is checked before any is written: a bad one leaves the store as it was.
     for (const [key, value] of pairs) assertSecretEntry(key, value)
     if (pairs.length === 0) return
-    const sealed = pairs.map(([key, value]) => ({ key, ...seal(this.#key, value, rowAad(scope, key)) }))
+    const sealed = pairs.map(([key, value]) => ({ key, ...this.#sealer.seal(value, rowAad(scope, key)) }))
     transaction(this.#db, () => {
       for (const { key, iv, tag, ciphertext } of sealed) this.#upsert.run(scope, key, iv, tag, ciphertext)
     })
@@ -289,12 +241,12 @@ class SqliteSecretStore implements SecretStore {
     if (this.#closed) return
     this.#closed = true
     this.#db.close()
-    this.#key.fill(0)
+    this.#sealer.close()
   }
 
   #decrypt(scope: string, key: string, row: Record<string, unknown>): string {
     const sealed = { iv: row.iv as Uint8Array, tag: row.tag as Uint8Array, ciphertext: row.ciphertext as Uint8Array }
-    const value = unseal(this.#key, sealed, rowAad(scope, key))
+    const value = this.#sealer.unseal(sealed, rowAad(scope, key))
     if (value === undefined) {
       throw new SystemError(
         `secret "${key}" in scope "${scope}" cannot be decrypted: its stored bytes were altered or copied from another secret; set it again`,

@@ -1,46 +1,46 @@
-import { errorMessage, SystemError } from "../../lib/core/errors.ts"
 import type { RunResult } from "../../lib/core/run.ts"
-import { type FinalRunStatus, runExitCode } from "../../lib/core/status.ts"
 import type { WebhookRequest, WebhookResponse } from "../../lib/core/webhook-request.ts"
-import type { LogStore } from "../../lib/logs/log-store.ts"
 import { Redactor } from "../../lib/logs/redactor.ts"
 import { compileScript } from "../../lib/script/compile.ts"
-import type { SecretResolver } from "../../lib/secrets/secret-resolver.ts"
-import type { Driver } from "../drivers/driver.ts"
-import { RunContext, type TaskResult } from "./run-context.ts"
-import type { RunObserver } from "./run-observer.ts"
+import type { TaskResult } from "./run-context.ts"
 import { runInSandbox, type SandboxLimits, ScriptFailure } from "./sandbox/sandbox.ts"
+import { type RunDeps, runToEnd } from "./settle.ts"
 import { parseTaskRequest } from "./task-request.ts"
 import { webhookTrigger } from "./webhook-trigger.ts"
 
 export type TriggerType = "manual" | "webhook" | "schedule"
 
-/** Everything a script run needs to know about itself. */
-export type ScriptRun = {
+/** What a run knows about itself, whichever engine runs it. */
+export type RunIdentity = {
   readonly runId: string
   readonly pipelineId: string
   readonly pipelineName: string
-  /** Shown in compile errors and stack positions. */
-  readonly filename: string
+  /** The pipeline's text: a script, or YAML. */
   readonly source: string
   readonly triggeredBy: TriggerType
   readonly args: readonly string[]
   /**
-   * The request that started the run, when a webhook did: the script's
-   * `http.request()`, and what `webhookTrigger()` evaluates. Header names may
-   * come in any case; the script sees them in lower case.
+   * The request that started the run, when a webhook did: a script's
+   * `http.request()`, and what `webhookTrigger()` and YAML's
+   * `webhook_trigger` evaluate. Header names may come in any case; the
+   * pipeline sees them in lower case.
    */
   readonly webhook?: WebhookRequest
+  /** When the run started, if before the engine got it (admitted by the operator, or a resumed run's first attempt). */
+  readonly startedAt?: string
+}
+
+/** Everything a script run needs to know about itself. */
+export type ScriptRun = RunIdentity & {
+  /** Shown in compile errors and stack positions. */
+  readonly filename: string
   /** Finished tasks of an earlier attempt, when the run is resumed (journalFromStore). */
   readonly journal?: ReadonlyMap<string, TaskResult>
 }
 
-export type EngineDeps = {
-  readonly driver: Driver
+/** What the engines take from their host: the run's parts, and a script's limits and webhook answer. */
+export type EngineDeps = RunDeps & {
   readonly driverName: string
-  readonly store: LogStore
-  readonly secrets: SecretResolver
-  readonly observer: RunObserver
   readonly limits: SandboxLimits
   /**
    * Takes the script's answer to its webhook: called at most once per run, on
@@ -52,113 +52,58 @@ export type EngineDeps = {
   readonly respond?: (response: WebhookResponse) => void
 }
 
-/** Why a run was stopped from outside; distinct from a SystemError, which ends a run as `error`. */
-export class RunAborted extends Error {
-  constructor(message = "the run was stopped") {
-    super(message)
-    this.name = "RunAborted"
-  }
-}
-
 /**
- * Runs a pipeline script to its end and settles it exactly once. Aborting
- * `signal` stops the run (status `aborted`) and kills its tasks. Never
- * rejects: every way a run can end is a RunResult.
+ * Runs a pipeline script to its end and settles it exactly once (runToEnd).
+ * Aborting `signal` stops the run (status `aborted`) and kills its tasks.
+ * Never rejects: every way a run can end is a RunResult. A task runnel cannot
+ * run ends the run as `error` at once, even if the script catches it.
  */
-export async function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortSignal): Promise<RunResult> {
-  const startedAt = new Date().toISOString()
-  const controller = new AbortController()
-  const forwardAbort = () => controller.abort(new RunAborted())
-  signal.addEventListener("abort", forwardAbort, { once: true })
-  if (signal.aborted) forwardAbort()
-
-  let redactor = new Redactor([])
-  let context: RunContext | undefined
-  let outcome: PromiseSettledResult<void>
-  try {
-    redactor = new Redactor(await deps.secrets.values())
-    const runContext = new RunContext({
-      runId: run.runId,
-      driver: deps.driver,
-      store: deps.store,
-      redactor,
-      secrets: deps.secrets,
-      observer: deps.observer,
-      signal: controller.signal,
-      fail: (error) => controller.abort(error),
-      ...(run.journal === undefined ? {} : { journal: run.journal }),
-    })
-    context = runContext
-    const script = await compileScript(run.source, run.filename)
-    const webhook = run.webhook === undefined ? undefined : lowerCaseHeaders(run.webhook)
-    const pipelineContext = {
-      runID: run.runId,
-      pipelineID: run.pipelineId,
-      pipelineName: run.pipelineName,
-      driverName: deps.driverName,
-      triggeredBy: run.triggeredBy,
-      args: run.args,
-    }
-    let responded = false
-    const host = {
-      runTask: (taskJson: string) => runContext.runTask(parseTaskRequest(JSON.parse(taskJson))),
-      console: runContext.console.bind(runContext),
-      respond: (responseJson: string) => {
-        if (webhook === undefined || responded) return false
-        responded = true
-        const response = JSON.parse(responseJson) as WebhookResponse
-        deps.respond?.({
-          status: response.status,
-          headers: Object.fromEntries(
-            Object.entries(response.headers).map(([name, value]) => [name, redactor.redact(value)]),
-          ),
-          body: redactor.redact(response.body),
-        })
-        return true
-      },
-      webhookTrigger: webhookTrigger(webhook, (line) => runContext.console("stderr", `${line}\n`)),
-    }
-    await runInSandbox(script, { pipelineContext, request: webhook }, host, deps.limits, controller.signal)
-    outcome = { status: "fulfilled", value: undefined }
-  } catch (reason) {
-    outcome = { status: "rejected", reason }
-  }
-
-  const { status, message } = settle(outcome, controller.signal)
-  const redactedMessage = message === null ? null : redactor.redact(message)
-  if (status === "failure" && redactedMessage !== null) context?.console("stderr", `Error: ${redactedMessage}\n`)
-  // Tasks the script started but did not wait for end with the run.
-  controller.abort(new RunAborted("the pipeline finished before this task"))
-  signal.removeEventListener("abort", forwardAbort)
-  const tasks = (await context?.close(status)) ?? []
-  const result: RunResult = {
-    runId: run.runId,
-    status,
-    code: runExitCode(status),
-    message: redactedMessage,
-    startedAt,
-    finishedAt: new Date().toISOString(),
-    tasks,
-  }
-  deps.observer.runFinished(result)
-  return result
-}
-
-/** The one place that decides how a run ended. The first reason to stop wins. */
-function settle(
-  outcome: PromiseSettledResult<void>,
-  signal: AbortSignal,
-): { status: FinalRunStatus; message: string | null } {
-  if (signal.aborted) {
-    const reason: unknown = signal.reason
-    if (reason instanceof SystemError) return { status: "error", message: reason.message }
-    return { status: "aborted", message: errorMessage(reason) }
-  }
-  if (outcome.status === "fulfilled") return { status: "success", message: null }
-  const reason: unknown = outcome.reason
-  if (reason instanceof ScriptFailure) return { status: "failure", message: reason.message }
-  if (reason instanceof SystemError) return { status: "error", message: reason.message }
-  return { status: "error", message: `runnel failed to run the pipeline: ${errorMessage(reason)}` }
+export function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortSignal): Promise<RunResult> {
+  return runToEnd(run, deps, signal, {
+    redactor: (values) => new Redactor(values),
+    taskErrorEndsRun: true,
+    ...(run.journal === undefined ? {} : { journal: run.journal }),
+    async execute({ context, redactor, signal: runSignal }) {
+      const script = await compileScript(run.source, run.filename)
+      const webhook = run.webhook === undefined ? undefined : lowerCaseHeaders(run.webhook)
+      const pipelineContext = {
+        runID: run.runId,
+        pipelineID: run.pipelineId,
+        pipelineName: run.pipelineName,
+        driverName: deps.driverName,
+        triggeredBy: run.triggeredBy,
+        args: run.args,
+      }
+      let responded = false
+      const host = {
+        runTask: (taskJson: string) => context.runTask(parseTaskRequest(JSON.parse(taskJson))),
+        console: context.console.bind(context),
+        respond: (responseJson: string) => {
+          if (webhook === undefined || responded) return false
+          responded = true
+          const response = JSON.parse(responseJson) as WebhookResponse
+          deps.respond?.({
+            status: response.status,
+            headers: Object.fromEntries(
+              Object.entries(response.headers).map(([name, value]) => [name, redactor.redact(value)]),
+            ),
+            body: redactor.redact(response.body),
+          })
+          return true
+        },
+        webhookTrigger: webhookTrigger(webhook, (line) => context.console("stderr", `${line}\n`)),
+      }
+      try {
+        await runInSandbox(script, { pipelineContext, request: webhook }, host, deps.limits, runSignal)
+      } catch (error) {
+        // The script threw: a failure, told on its console too. A stopped run ends as stopped.
+        if (!(error instanceof ScriptFailure) || runSignal.aborted) throw error
+        context.console("stderr", `Error: ${redactor.redact(error.message)}\n`)
+        return { status: "failure", message: error.message }
+      }
+      return { status: "success", message: null }
+    },
+  })
 }
 
 /** The request with header names in lower case; two spellings of one name are joined as a repeated header is. */

@@ -1,7 +1,7 @@
 import { StringDecoder } from "node:string_decoder"
 import { errorMessage, SystemError } from "../../lib/core/errors.ts"
 import type { OutputStream, TaskRecord } from "../../lib/core/run.ts"
-import type { TaskStatus } from "../../lib/core/status.ts"
+import type { FinalRunStatus, TaskStatus } from "../../lib/core/status.ts"
 import { consoleTaskPath, scriptTaskPath } from "../../lib/core/task-path.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import type { Redactor } from "../../lib/logs/redactor.ts"
@@ -298,12 +298,12 @@ export class RunContext {
    * the console task with the run's status, removes the run's containers and
    * volumes, and returns the task records in start order.
    */
-  async close(status: TaskStatus): Promise<TaskRecord[]> {
+  async close(status: FinalRunStatus): Promise<TaskRecord[]> {
     await Promise.allSettled([...this.#running])
     const consoleRecord = this.#records.get(consoleTaskPath)
     if (this.#console !== undefined && consoleRecord !== undefined) {
       this.#console.end()
-      this.#finish({ ...consoleRecord, status, code: status === "success" ? 0 : 1, endedAt: new Date().toISOString() })
+      this.#finish(closedTask(consoleRecord, status))
     }
     if (this.#runDriver !== undefined) await (await this.#runDriver.catch(() => undefined))?.close()
     return [...this.#records.values()]
@@ -318,6 +318,21 @@ export class RunContext {
     this.#save(record)
     this.#deps.observer.taskFinished(record)
   }
+}
+
+/**
+ * A task still open when its run ended: the console task ends with the run's
+ * status (and 0 or 1 as its code: a task's code, not the run's exit code),
+ * any other task is `aborted`.
+ */
+export function closedTask(
+  task: TaskRecord,
+  runStatus: FinalRunStatus,
+  endedAt = new Date().toISOString(),
+): TaskRecord {
+  return task.path === consoleTaskPath
+    ? { ...task, status: runStatus, code: runStatus === "success" ? 0 : 1, endedAt }
+    : { ...task, status: "aborted", endedAt }
 }
 
 /** A TaskLog that only collects: stdout (and stderr when `both`) decoded whole, unredacted, stored nowhere. */

@@ -415,7 +415,7 @@ jobs:
     expect(tasks).toEqual(["jobs/j/1/task/ok success", "jobs/j/2/task/use error"])
     expect(out("jobs/j/1/task/ok")).toBe("***REDACTED***\n")
     expect(result.status).toBe("error")
-    expect(result.code).toBe(1)
+    expect(result.code).toBe(2)
     expect(result.message).toContain("((nope))")
     expect(out("jobs/j/2/task/use", "stderr")).toContain("undefined variable ((nope))")
   })

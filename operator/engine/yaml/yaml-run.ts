@@ -1,20 +1,10 @@
-import type { WebhookRequest } from "../../../lib/core/webhook-request.ts"
-import type { EngineDeps, TriggerType } from "../engine.ts"
+import type { EngineDeps, RunIdentity } from "../engine.ts"
 import type { ResourceVersions } from "./versions.ts"
 
 export type { MetadataField, ResourceVersions, Version } from "./versions.ts"
 
 /** Everything a YAML run needs to know about itself. */
-export type YamlRun = {
-  readonly runId: string
-  readonly pipelineId: string
-  readonly pipelineName: string
-  /** The pipeline's YAML text. */
-  readonly source: string
-  readonly triggeredBy: TriggerType
-  readonly args: readonly string[]
-  /** The request that started the run, when a webhook did: what `webhook_trigger` evaluates. */
-  readonly webhook?: WebhookRequest
+export type YamlRun = RunIdentity & {
   /** Run only these jobs (a Schedule's); all when absent. `passed:` on a job left out is not waited for. */
   readonly jobs?: readonly string[]
 }

@@ -1,9 +1,9 @@
-import { randomBytes, randomUUID } from "node:crypto"
+import { randomUUID } from "node:crypto"
 import { chmodSync, closeSync, fsyncSync, linkSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs"
-import { errorMessage, SystemError } from "./errors.ts"
+import { errorMessage, SystemError } from "../core/errors.ts"
+import { keyBytes, randomKey } from "./sealer.ts"
 
-/** An AES-256 key: 32 random bytes, kept as one line of base64. */
-export const keyBytes = 32
+/** A key file holds an AES-256 key as one line of base64 (44 characters), so it can be copied into a Kubernetes Secret as is. */
 const keyFilePattern = /^[A-Za-z0-9+/]{43}=$/
 
 /** How messages name a key file: `(file) => \`the secrets key file "${file}"\``. */
@@ -35,7 +35,7 @@ export function readKeyFile(file: string, named: KeyFileName): Buffer | undefine
  * one wins and the other reads the winner's key, never a half-written file.
  */
 export function createKeyFile(file: string, named: KeyFileName): Buffer {
-  const key = randomBytes(keyBytes)
+  const key = randomKey()
   const temp = `${file}.${randomUUID()}.tmp`
   try {
     const fd = openSync(temp, "wx", 0o600)
@@ -63,4 +63,21 @@ export function createKeyFile(file: string, named: KeyFileName): Buffer {
       // Never created, or already gone.
     }
   }
+}
+
+/**
+ * The key kept in `file`. A missing file gets a new random key only when
+ * `mayCreate`: a store that already holds values sealed with a key must never
+ * be given a new one, which could not open them; `missing()` is thrown then,
+ * saying what to restore.
+ */
+export function keyFromFile(
+  file: string,
+  named: KeyFileName,
+  options: { readonly mayCreate: boolean; readonly missing: () => Error },
+): Buffer {
+  const existing = readKeyFile(file, named)
+  if (existing !== undefined) return existing
+  if (!options.mayCreate) throw options.missing()
+  return createKeyFile(file, named)
 }

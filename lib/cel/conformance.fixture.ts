@@ -2,7 +2,7 @@
  * Runs CEL specification conformance cases (google/cel-spec tests/simple,
  * converted to JSON; format in testdata/README.md) against
  * @marcbachmann/cel-js itself, to know which parts of CEL it gets right.
- * Used by conformance.test.ts; `node lib/cel/conformance.ts <corpus.json>`
+ * Used by conformance.test.ts; `node lib/cel/conformance.fixture.ts <corpus.json>`
  * prints pass rates per section.
  */
 import { isDeepStrictEqual } from "node:util"

@@ -1,0 +1,220 @@
+import type { KubernetesObject, V1OwnerReference } from "@kubernetes/client-node"
+import { isFinalRunStatus, type RunStatus, type TaskStatus } from "../core/status.ts"
+import type { WebhookResponse } from "../core/webhook-request.ts"
+import type { ContentType } from "../script/content-type.ts"
+
+/**
+ * runnel's resources as crds/ defines them (contract.md section 7), written
+ * once for both roles: the operator and the API server each read and write
+ * the fields they use, and meet only through these resources. Only types,
+ * constants and pure helpers here (client-node is imported for its types
+ * alone), so that anything may name a resource without loading a client;
+ * the calls are in resource-client.ts.
+ */
+export const runnelGroup = "runnel.dev"
+export const runnelVersion = "v1alpha1"
+export const runnelApiVersion = `${runnelGroup}/${runnelVersion}`
+
+/** The plural of each of runnel's kinds, as paths and client-node's custom object calls name them. */
+export type RunnelPlural = "pipelines" | "runs" | "schedules" | "gates"
+
+/** `/apis/runnel.dev/v1alpha1/namespaces/NS/PLURAL`: where a kind of one namespace is listed and watched. */
+export const resourcePath = (namespace: string, plural: RunnelPlural) =>
+  `/apis/${runnelGroup}/${runnelVersion}/namespaces/${namespace}/${plural}`
+
+/** The label on Runs, Schedules and webhook Secrets that names their Pipeline. */
+export const pipelineLabel = "runnel.dev/pipeline"
+
+/** Annotations the operator writes on a Run when it admits it: what a resumed run must still find. */
+export const runAnnotations = {
+  generation: "runnel.dev/pipeline-generation",
+  contentSha256: "runnel.dev/content-sha256",
+} as const
+
+/** The key of the webhook secret in its Secret's data when the reference names none (crds/). */
+export const defaultWebhookSecretKey = "webhookSecret"
+
+export type Condition = {
+  type: string
+  status: "True" | "False" | "Unknown"
+  reason: string
+  message: string
+  lastTransitionTime: string
+  observedGeneration?: number
+}
+
+export type PipelineSpec = {
+  content: string
+  /** Absent: inferred from the content (contentTypeOf in lib/script/content-type.ts). */
+  contentType?: ContentType
+  /** Absent: the server's `--driver`. */
+  driver?: string
+  driverConfig?: Record<string, unknown>
+  rbacExpression?: string
+  paused?: boolean
+  /** The core Secret, owned by the Pipeline, that holds its webhook secret. */
+  webhookSecretRef?: { name: string; key?: string }
+}
+
+export type PipelineObject = KubernetesObject & {
+  spec: PipelineSpec
+  status?: {
+    observedGeneration?: number
+    conditions?: Condition[]
+    /** YAML pipelines: the latest version of each resource a run fetched or put. */
+    resourceVersions?: Record<
+      string,
+      { version: Record<string, string>; metadata?: { name: string; value: string }[]; run?: string; at?: string }
+    >
+  }
+}
+
+/** `spec.trigger.type`: what started a run (crds/runs.runnel.dev.yaml); absent means `manual`. */
+export type RunTriggerType = "manual" | "args" | "webhook" | "schedule" | "cli"
+
+export type RunTrigger = {
+  type?: RunTriggerType
+  /** Who or what started it (`anonymous` until authentication arrives, a provider for webhooks). */
+  by?: string
+  args?: string[]
+  /** YAML pipelines: only these jobs (a Schedule's); the whole pipeline when absent. */
+  jobs?: string[]
+  webhook?: RunWebhook
+}
+
+/**
+ * `spec.trigger.webhook`: the request that started a webhook run, as the
+ * pipeline's `http.request()` will see it (WebhookRequest in lib/core). Every
+ * field may be missing from a Run someone else created, so readers default them.
+ */
+export type RunWebhook = {
+  provider?: string
+  eventType?: string
+  method?: string
+  url?: string
+  headers?: Record<string, string>
+  query?: Record<string, string>
+  /** Absent when `bodyStored` is true. */
+  body?: string
+  /** The body was too large for the Run (above 512 KiB); it is the log store's attachment `webhook-body` of the run. */
+  bodyStored?: boolean
+}
+
+/** One task of `status.tasks`: a task without its output. */
+export type StatusTask = {
+  path: string
+  name: string
+  status: TaskStatus
+  code: number | null
+  startedAt: string | null
+  endedAt: string | null
+}
+
+/**
+ * `status.webhookResponse`: what the pipeline answered with `http.respond()`.
+ * The operator writes a whole WebhookResponse (lib/core); crds/ requires only
+ * `status`, so a reader defaults the rest.
+ */
+export type RunWebhookResponse = Pick<WebhookResponse, "status"> & Partial<WebhookResponse>
+
+export type RunStatusFields = {
+  phase?: RunStatus
+  code?: number | null
+  message?: string
+  startedAt?: string | null
+  finishedAt?: string | null
+  duration?: string
+  tasks?: StatusTask[]
+  observedGeneration?: number
+  conditions?: Condition[]
+  /** The pipeline's `http.respond()`, which the API server sends to the webhook's caller. */
+  webhookResponse?: RunWebhookResponse
+}
+
+export type RunObject = KubernetesObject & {
+  spec: {
+    pipelineRef: { name: string }
+    /** The Pipeline generation the run executes; the operator sets it when it admits the run. */
+    pipelineGeneration?: number
+    trigger?: RunTrigger
+    /** True stops the run. */
+    stop?: boolean
+  }
+  status?: RunStatusFields
+}
+
+export type ScheduleObject = KubernetesObject & {
+  spec: {
+    pipelineRef: { name: string }
+    /** The job to run; "" (the CRD's default) for the whole pipeline. */
+    jobName: string
+    type: "cron" | "interval"
+    /** A cron expression, or a Go-style duration for `interval`. */
+    expression: string
+    enabled?: boolean
+  }
+  status?: {
+    lastRunAt?: string | null
+    nextRunAt?: string | null
+    observedGeneration?: number
+  }
+}
+
+/** `status.phase` of a Gate; absent means pending. */
+export type GatePhase = "pending" | "approved" | "rejected" | "expired"
+
+/** An approval a running pipeline waits on (crds/gates.runnel.dev.yaml), owned by its Run. */
+export type GateObject = KubernetesObject & {
+  spec: {
+    /** The Run, in the Gate's namespace, that waits on it. Immutable. */
+    runRef: { name: string }
+    /** The gate's name within the run, as the script passed it to `pipeline.gate()`. Immutable. */
+    name: string
+    message?: string
+    /** A Go-style duration counted from the gate's creation; absent, it waits until resolved. */
+    timeout?: string
+  }
+  status?: {
+    phase?: GatePhase
+    resolvedAt?: string | null
+    /** `<provider>:<user>`; empty while pending or when it expired. */
+    resolvedBy?: string
+  }
+}
+
+/**
+ * The owner reference that ties a Run, a Schedule or a webhook Secret to its
+ * Pipeline, so that Kubernetes deletes them with it.
+ */
+export function pipelineOwnerReference(pipeline: {
+  readonly metadata?: { readonly name?: string; readonly uid?: string }
+}): V1OwnerReference {
+  return {
+    apiVersion: runnelApiVersion,
+    kind: "Pipeline",
+    name: pipeline.metadata?.name ?? "",
+    uid: pipeline.metadata?.uid ?? "",
+  }
+}
+
+export const isFinal = (run: RunObject) => isFinalRunStatus(run.status?.phase)
+
+/**
+ * `conditions` with `next` in place of the condition of its type. The
+ * transition time moves only when the status does, as Kubernetes' convention asks.
+ */
+export function withCondition(conditions: readonly Condition[] | undefined, next: Condition): Condition[] {
+  const list = [...(conditions ?? [])]
+  const at = list.findIndex((condition) => condition.type === next.type)
+  const previous = at === -1 ? undefined : list[at]
+  const merged =
+    previous !== undefined && previous.status === next.status
+      ? { ...next, lastTransitionTime: previous.lastTransitionTime }
+      : next
+  if (at === -1) list.push(merged)
+  else list[at] = merged
+  return list
+}
+
+/** Kubernetes timestamps have whole seconds. */
+export const kubeTime = (date = new Date()) => date.toISOString().replace(/\.\d+Z$/, "Z")
