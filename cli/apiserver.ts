@@ -1,9 +1,9 @@
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
-import { loadKubeConfig } from "../lib/config/kubeconfig.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { closeHttp, httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
+import { loadKubeConfig } from "./kubeconfig.ts"
 import { onShutdownSignal } from "./operator.ts"
 import { configuredApiServer } from "./server.ts"
 
@@ -28,7 +28,7 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
   }
   try {
     const address = await listen(front.http, settings.http.port, settings.http.host)
-    const kubeConfig = await loadKubeConfig(settings.kube)
+    const kubeConfig = loadKubeConfig(settings.kube)
     const store = await opening
     // The operator stores the server's --secret values; the API server only opens the store.
     secretStore = await openSqliteSecretStore(settings.secretStore)

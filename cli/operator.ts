@@ -1,5 +1,4 @@
 import type { KubeConfig } from "@kubernetes/client-node"
-import { loadKubeConfig } from "../lib/config/kubeconfig.ts"
 import type { OperatorSettings } from "../lib/config/operator.ts"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
@@ -8,11 +7,12 @@ import { globalScope, runSecrets, type SecretStore } from "../lib/secrets/secret
 import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { type Operator, startOperator } from "../operator/operator.ts"
 import { drivers } from "./drivers.ts"
+import { loadKubeConfig } from "./kubeconfig.ts"
 import { processLog } from "./log.ts"
 
 /** `runnel operator`: the operator alone, against the Kubernetes API its settings resolved. */
 export async function operator(settings: OperatorSettings): Promise<void> {
-  const kubeConfig = await loadKubeConfig(settings.kube)
+  const kubeConfig = loadKubeConfig(settings.kube)
   const store = await openSqliteLogStore(settings.logStorePath)
   let secretStore: SecretStore | undefined
   let operator: Operator

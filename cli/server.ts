@@ -3,7 +3,6 @@ import type { KubeConfig } from "@kubernetes/client-node"
 import { startApiServer } from "../apiserver/app.ts"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
-import { loadKubeConfig } from "../lib/config/kubeconfig.ts"
 import type { RoleSettings } from "../lib/config/operator.ts"
 import type { ApiSettings, ServerSettings } from "../lib/config/server.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
@@ -12,6 +11,7 @@ import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
 import { drivers } from "./drivers.ts"
 import { closeHttp, httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
+import { loadKubeConfig } from "./kubeconfig.ts"
 import { processLog } from "./log.ts"
 import { onShutdownSignal, openConfiguredSecretStore, startConfiguredOperator } from "./operator.ts"
 
@@ -60,7 +60,7 @@ export async function server(settings: ServerSettings): Promise<void> {
       embedded = createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
     }
     const address = await listen(front.http, settings.http.port, settings.http.host)
-    const kubeConfig = await loadKubeConfig(
+    const kubeConfig = loadKubeConfig(
       settings.kube,
       `http://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
     )

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { hostEnvironment } from "./flags.ts"
-import { type KubeRole, kubeSource, loadKubeConfig } from "./kubeconfig.ts"
+import { type KubeRole, kubeSource } from "./kubeconfig.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "runnel-kubeconfig-test-"))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
@@ -62,18 +62,5 @@ describe("the kubeconfig policy", () => {
         `error: runnel ${role} needs a Kubernetes API: pass --kubeconfig FILE (or set KUBECONFIG) outside a cluster, or run it in a Pod; \`runnel server\` serves one of its own`,
       )
     }
-  })
-
-  it("merges a KUBECONFIG list as kubectl does, and names the files it cannot load", async () => {
-    const merged = await loadKubeConfig({ kind: "files", files: [one, two], from: "$KUBECONFIG" })
-    expect(merged.getClusters().map((cluster) => cluster.name)).toEqual(["one", "two"])
-    await expect(
-      loadKubeConfig({ kind: "files", files: [join(dir, "none.yaml")], from: '--kubeconfig "none.yaml"' }),
-    ).rejects.toThrow(/^cannot load the kubeconfig --kubeconfig "none\.yaml": /)
-  })
-
-  it("reaches the embedded API over plain loopback HTTP", async () => {
-    const embedded = await loadKubeConfig({ kind: "embedded" }, "http://127.0.0.1:8080/k8s")
-    expect(embedded.getCurrentCluster()).toMatchObject({ server: "http://127.0.0.1:8080/k8s", skipTLSVerify: true })
   })
 })

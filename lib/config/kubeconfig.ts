@@ -1,7 +1,6 @@
 import { existsSync } from "node:fs"
 import { delimiter, join } from "node:path"
-import type { KubeConfig } from "@kubernetes/client-node"
-import { badRequest, errorMessage } from "../core/errors.ts"
+import { badRequest } from "../core/errors.ts"
 import type { HostEnvironment } from "./flags.ts"
 
 /** The commands that talk to a Kubernetes API. */
@@ -39,44 +38,4 @@ export function kubeSource(role: KubeRole, flag: string | undefined, host: HostE
   throw badRequest(
     `runnel ${role} needs a Kubernetes API: pass --kubeconfig FILE (or set KUBECONFIG) outside a cluster, or run it in a Pod; \`runnel server\` serves one of its own`,
   )
-}
-
-/**
- * The client configuration of `source`. `embeddedServer` is the URL of the
- * embedded API (for `runnel server`, known once it listens). client-node is
- * imported here, on first use, so that commands without a Kubernetes API never
- * load it (it takes about 0.4 s and 80 MB).
- */
-export async function loadKubeConfig(source: KubeSource, embeddedServer?: string): Promise<KubeConfig> {
-  const { KubeConfig } = await import("@kubernetes/client-node")
-  const kubeConfig = new KubeConfig()
-  switch (source.kind) {
-    case "files":
-      try {
-        const [first = "", ...rest] = source.files
-        kubeConfig.loadFromFile(first)
-        for (const file of rest) {
-          const more = new KubeConfig()
-          more.loadFromFile(file)
-          kubeConfig.mergeConfig(more)
-        }
-      } catch (error) {
-        throw badRequest(`cannot load the kubeconfig ${source.from}: ${errorMessage(error)}`)
-      }
-      break
-    case "in-cluster":
-      kubeConfig.loadFromCluster()
-      break
-    case "embedded":
-      if (embeddedServer === undefined) throw new Error("the embedded API's URL is needed to reach it")
-      kubeConfig.loadFromOptions({
-        // client-node refuses plain http unless TLS verification is off; loopback carries no TLS.
-        clusters: [{ name: "embedded", server: embeddedServer, skipTLSVerify: true }],
-        users: [{ name: "runnel" }],
-        contexts: [{ name: "embedded", cluster: "embedded", user: "runnel", namespace: "default" }],
-        currentContext: "embedded",
-      })
-      break
-  }
-  return kubeConfig
 }
