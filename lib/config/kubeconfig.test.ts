@@ -11,18 +11,12 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }))
 const emptyHome = join(dir, "empty-home")
 const kubeHome = join(dir, "kube-home")
 mkdirSync(join(kubeHome, ".kube"), { recursive: true })
-const kubeconfigText = (name: string, server: string) => `apiVersion: v1
-kind: Config
-clusters: [{ name: ${name}, cluster: { server: "${server}" } }]
-users: [{ name: ${name}, user: {} }]
-contexts: [{ name: ${name}, context: { cluster: ${name}, user: ${name} } }]
-current-context: ${name}
-`
-writeFileSync(join(kubeHome, ".kube", "config"), kubeconfigText("home", "https://home.example:6443"))
+// The policy only looks at which files exist; their content is loaded by cli/kubeconfig.ts.
+writeFileSync(join(kubeHome, ".kube", "config"), "")
 const one = join(dir, "one.yaml")
 const two = join(dir, "two.yaml")
-writeFileSync(one, kubeconfigText("one", "https://one.example:6443"))
-writeFileSync(two, kubeconfigText("two", "https://two.example:6443"))
+writeFileSync(one, "")
+writeFileSync(two, "")
 
 const host = (env: NodeJS.ProcessEnv) => hostEnvironment({ PATH: "/bin", HOME: emptyHome, ...env })
 const kinds = (role: KubeRole, flag: string | undefined, env: NodeJS.ProcessEnv) => {
