@@ -322,6 +322,79 @@ jobs:
     const manual = await run(source)
     expect(manual.tasks).toContain("jobs/deploy/1/task/ship success")
   })
+
+  // interface.md, "Conditional execution": a job whose webhook_trigger is false
+  // is skipped and "downstream jobs still proceed"; a job skipped because its
+  // own upstream failed still blocks the jobs after it.
+  it("runs the jobs downstream of a job its webhook_trigger skipped, with the resource's latest version", async () => {
+    const source = `
+resources:
+- name: thing
+  type: mock
+  source: {initial_version: v1}
+jobs:
+- name: deploy
+  webhook_trigger: eventType == 'push'
+  plan:
+  - get: thing
+- name: verify
+  plan:
+  - get: thing
+    passed: [deploy]
+  - task: check
+    config: {platform: linux, image_resource: {type: mock}, inputs: [{name: thing}], run: {path: cat, args: [thing/version]}}
+- name: report
+  plan:
+  - get: thing
+    passed: [verify]
+`
+    const webhook: WebhookRequest = {
+      provider: "github",
+      eventType: "issues",
+      method: "POST",
+      url: "/hook",
+      headers: { "X-GitHub-Event": "issues" },
+      query: {},
+      body: "{}",
+    }
+    const { result, tasks, out } = await run(source, { webhook })
+    expect(result.status).toBe("success")
+    expect(tasks).toEqual([
+      "jobs/deploy/0/job/deploy skipped",
+      "jobs/verify/1/get/thing success",
+      "jobs/verify/2/task/check success",
+      "jobs/report/1/get/thing success",
+    ])
+    expect(out("jobs/verify/2/task/check")).toBe("v1\n")
+  })
+
+  it("still skips the jobs after a job that was skipped because its upstream failed", async () => {
+    const { tasks, out } = await run(`
+jobs:
+- name: a
+  plan:
+  - get: thing
+  - ${sh("fail", "exit 1")}
+- name: b
+  plan:
+  - get: thing
+    passed: [a]
+- name: c
+  plan:
+  - get: thing
+    passed: [b]
+resources:
+- name: thing
+  type: mock
+`)
+    expect(tasks).toEqual([
+      "jobs/a/1/get/thing success",
+      "jobs/a/2/task/fail failure",
+      "jobs/b/0/job/b skipped",
+      "jobs/c/0/job/c skipped",
+    ])
+    expect(out("jobs/c/0/job/c", "stderr")).toContain('job "b" was skipped')
+  })
 })
 
 describe("artifacts and variables", () => {

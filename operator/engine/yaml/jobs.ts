@@ -5,12 +5,22 @@ import { webhookTrigger } from "../webhook-trigger.ts"
 import { type JobState, noteError, type Outcome, type RunShared, type Scope, skippedJobPath } from "./scope.ts"
 import { runSequence, withHooks } from "./steps.ts"
 
-export type JobOutcome = { readonly job: string; readonly outcome: Outcome | "skipped"; readonly message?: string }
+export type JobOutcome = {
+  readonly job: string
+  readonly outcome: Outcome | "skipped"
+  readonly message?: string
+  /** Why a skipped job was skipped: its webhook_trigger was false, or a job it waits for did not succeed (or a cycle). */
+  readonly skippedBy?: "webhook_trigger" | "passed"
+}
 
 /**
  * Runs the jobs of one run. A job waits for the jobs its gets name in
- * `passed:` (those in this run) and starts when they have all succeeded; if
- * one did not, it is skipped with the reason, and so are the jobs after it.
+ * `passed:` (those in this run) and starts when they have all succeeded or
+ * were skipped by their `webhook_trigger` (interface.md, "Conditional
+ * execution": downstream jobs still proceed, taking the resource's latest
+ * version since the skipped job passed none); if one failed, errored, was
+ * stopped or was skipped because of its own upstream, it is skipped with the
+ * reason, and so are the jobs after it.
  * Independent jobs run at once, and a failing job stops no unrelated one.
  * Jobs whose `passed:` form a cycle are skipped. After a stop, no job starts.
  */
@@ -33,14 +43,14 @@ export async function runJobs(shared: RunShared): Promise<JobOutcome[]> {
     if (result !== undefined) return result
     result = (async (): Promise<JobOutcome> => {
       if (cyclic.has(job.name)) {
-        return skip(shared, job, `skipped: the passed: constraints of job "${job.name}" form a cycle`)
+        return skip(shared, job, `skipped: the passed: constraints of job "${job.name}" form a cycle`, "passed")
       }
       const before: JobOutcome[] = []
       for (const name of upstream.get(job.name) ?? []) {
         const other = selected.find((candidate) => candidate.name === name)
         if (other !== undefined) before.push(await start(other))
       }
-      const blocked = before.find((other) => other.outcome !== "success")
+      const blocked = before.find((other) => other.outcome !== "success" && other.skippedBy !== "webhook_trigger")
       if (blocked !== undefined) {
         const how =
           blocked.outcome === "skipped"
@@ -48,14 +58,15 @@ export async function runJobs(shared: RunShared): Promise<JobOutcome[]> {
             : blocked.outcome === "failure"
               ? "failed"
               : `ended ${blocked.outcome}`
-        return skip(shared, job, `skipped: job "${blocked.job}" ${how} in this run (passed:)`)
+        return skip(shared, job, `skipped: job "${blocked.job}" ${how} in this run (passed:)`, "passed")
       }
       if (shared.signal.aborted) return { job: job.name, outcome: "aborted" }
       if (trigger !== undefined && job.webhookTrigger !== undefined) {
         triggerNotes.length = 0
         if (!trigger(job.webhookTrigger)) {
           const notes = triggerNotes.length === 0 ? "" : `\n${triggerNotes.join("\n")}`
-          return skip(shared, job, `skipped: webhook_trigger ${JSON.stringify(job.webhookTrigger)} is false${notes}`)
+          const reason = `skipped: webhook_trigger ${JSON.stringify(job.webhookTrigger)} is false${notes}`
+          return skip(shared, job, reason, "webhook_trigger")
         }
       }
       return runJob(shared, job)
@@ -66,9 +77,14 @@ export async function runJobs(shared: RunShared): Promise<JobOutcome[]> {
   return Promise.all(selected.map(start))
 }
 
-function skip(shared: RunShared, job: Job, reason: string): JobOutcome {
+function skip(
+  shared: RunShared,
+  job: Job,
+  reason: string,
+  skippedBy: NonNullable<JobOutcome["skippedBy"]>,
+): JobOutcome {
   shared.context.recordTask(skippedJobPath(job.name), job.name, "skipped", reason)
-  return { job: job.name, outcome: "skipped", message: reason }
+  return { job: job.name, outcome: "skipped", message: reason, skippedBy }
 }
 
 /** One job: its slot across runs, then its plan as a `do` with the job's hooks. */
