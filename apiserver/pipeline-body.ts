@@ -2,7 +2,7 @@ import type { Feature } from "../lib/config/features.ts"
 import { badRequest } from "../lib/core/errors.ts"
 import type { PipelineSpec } from "../lib/kube/resources.ts"
 import { inferContentType } from "../lib/script/content-type.ts"
-import { contentProblem } from "../lib/script/pipeline-check.ts"
+import { checkContent } from "../lib/script/pipeline-check.ts"
 import { assertSecretEntry } from "../lib/secrets/secret-store.ts"
 import { onlyFields } from "./body.ts"
 
@@ -26,6 +26,8 @@ export type PipelineWrite = {
   spec: PipelineSpec
   webhookSecret: string | undefined
   secrets: Record<string, string>
+  /** What the check noted without refusing (YAML top-level keys Concourse ignores), for the response. */
+  notes: readonly string[]
 }
 
 export type PipelineBodyRules = {
@@ -72,13 +74,13 @@ export async function pipelineWrite(
   const webhookSecret = webhookSecretOf(body.webhook_secret, rules.features)
   const secrets = secretMapOf("secrets", body.secrets, rules.features, "; store the pipeline without them")
   // Refused at store time with the compiler's or validator's message, so broken content never reaches a run.
-  const problem = await contentProblem(name, spec.contentType ?? "ts", content)
+  const { problem, notes } = await checkContent(name, spec.contentType ?? "ts", content)
   if (problem !== undefined) throw badRequest(problem)
   if (previous?.paused === true) spec.paused = true
   const keepsRef = webhookSecret === undefined && previous?.webhookSecretRef !== undefined
   if (keepsRef) spec.webhookSecretRef = previous.webhookSecretRef
   if (webhookSecret !== undefined && webhookSecret !== "") spec.webhookSecretRef = { name: webhookSecretName(name) }
-  return { spec, webhookSecret, secrets }
+  return { spec, webhookSecret, secrets, notes }
 }
 
 /** The core Secret the API server keeps a pipeline's webhook secret in, owned by the Pipeline. */

@@ -22,6 +22,8 @@ export async function setPipeline(api: ApiClient, file: string, options: Readonl
   const name = typeof options.name === "string" ? options.name : basename(file, extname(file))
   const answer = await api.call("PUT", `/api/pipelines/${encodeURIComponent(name)}`, body)
   process.stdout.write(`pipeline "${name}" ${answer.status === 201 ? "created" : "updated"}\n`)
+  const { notes } = answer.body as { notes?: unknown }
+  if (Array.isArray(notes)) for (const note of notes) process.stderr.write(`note: ${String(note)}\n`)
 }
 
 /** `pipeline trigger NAME`: starts a run and prints its id, without waiting for it. */

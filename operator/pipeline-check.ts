@@ -1,6 +1,6 @@
 import type { PipelineSpec } from "../lib/kube/resources.ts"
 import { contentTypeOf } from "../lib/script/content-type.ts"
-import { contentProblem, scriptFilename } from "../lib/script/pipeline-check.ts"
+import { checkContent, scriptFilename } from "../lib/script/pipeline-check.ts"
 
 /** What the Pipeline reconciler writes as the `Ready` condition. */
 export type ContentCheck = {
@@ -16,10 +16,11 @@ export type ContentCheck = {
  */
 export async function checkPipelineContent(name: string, spec: PipelineSpec): Promise<ContentCheck> {
   const contentType = contentTypeOf(spec)
-  const problem = await contentProblem(name, contentType, spec.content)
+  const { problem, notes } = await checkContent(name, contentType, spec.content)
   if (problem !== undefined) return { status: "False", reason: "InvalidContent", message: problem }
   if (contentType === "yaml") {
-    return { status: "True", reason: "Validated", message: `${name}.yaml is a valid pipeline` }
+    const noted = notes.length === 0 ? "" : ` (${notes.join("; ")})`
+    return { status: "True", reason: "Validated", message: `${name}.yaml is a valid pipeline${noted}` }
   }
   const filename = scriptFilename(name, contentType)
   return { status: "True", reason: "Compiled", message: `${filename} compiled and exports a pipeline` }

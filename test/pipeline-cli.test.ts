@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process"
-import { mkdtempSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest"
@@ -147,6 +147,13 @@ describe("runnel pipeline (client commands)", () => {
       '{"a":1}',
     ])
     expect(named.code).toBe(0)
+    // Top-level keys Concourse ignores (atc/config.go) are stored, and the answer's notes go to stderr.
+    writeFileSync(join(work, "anchored.yml"), `shared: {x: 1}\n${readFileSync(join(work, "flow.yaml"), "utf8")}`)
+    expect(await client(["set", "anchored.yml"])).toMatchObject({
+      code: 0,
+      stdout: 'pipeline "anchored" created\n',
+      stderr: 'note: line 1: top-level key "shared" ignored, as Concourse ignores it\n',
+    })
     const stored = await call(server.url, "GET", "/api/pipelines/flow")
     expect(stored.body).toMatchObject({ content_type: "yaml", driver: "native", driver_config: { a: 1 } })
 
@@ -157,7 +164,7 @@ describe("runnel pipeline (client commands)", () => {
     expect(lines.some((line) => /^hello\s+ts\s+native\s+no\s+\S+$/.test(line))).toBe(true)
     expect(lines.some((line) => /^flow\s+yaml\s+native\s+no\s+\S+$/.test(line))).toBe(true)
     const json = JSON.parse((await client(["ls", "--json"])).stdout)
-    expect(json.map((p: { name: string }) => p.name)).toEqual(["flow", "hello"])
+    expect(json.map((p: { name: string }) => p.name)).toEqual(["anchored", "flow", "hello"])
   }, 30_000)
 
   it("refuses a script that does not compile with the server's message (exit 1)", async () => {

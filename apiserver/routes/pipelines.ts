@@ -145,7 +145,7 @@ export function pipelineRoutes({
       await storeWriteOnly(created, write)
       recordUpsert(created)
       ctx.status = 201
-      ctx.body = view(created)
+      ctx.body = withNotes(view(created), write)
       return
     }
     const name = existing.metadata?.name ?? key
@@ -180,7 +180,7 @@ export function pipelineRoutes({
     stored(replaced)
     await storeWriteOnly(replaced, write, current.spec)
     recordUpsert(replaced, existing.spec)
-    ctx.body = view(replaced)
+    ctx.body = withNotes(view(replaced), write)
   })
 
   router.post("/api/pipelines", async (ctx) => {
@@ -203,7 +203,7 @@ export function pipelineRoutes({
     await storeWriteOnly(created, write)
     recordUpsert(created)
     ctx.status = 201
-    ctx.body = view(created)
+    ctx.body = withNotes(view(created), write)
   })
 
   router.get("/api/pipelines/:name", async (ctx) => {
@@ -290,4 +290,9 @@ export function pipelineRoutes({
   })
 
   return router
+}
+
+/** A stored pipeline's view with what the check noted (only on the answer to a store, and only when there is something). */
+function withNotes<T extends object>(view: T, write: PipelineWrite): T | (T & { notes: readonly string[] }) {
+  return write.notes.length === 0 ? view : { ...view, notes: write.notes }
 }

@@ -6,22 +6,27 @@ import { compileScript } from "./compile.ts"
 /** The script kinds of a pipeline's content. */
 export type ScriptType = "ts" | "js"
 
+/** What checking a pipeline's content found: the problem that refuses it, or notes to show beside "ok". */
+export type ContentCheckResult = { readonly problem?: string; readonly notes: readonly string[] }
+
 /**
  * Checks a pipeline's content without running any of it: a script as
  * scriptProblem() does, YAML as Concourse's `fly set-pipeline` would (every
- * problem with its path and line). `undefined` when it is fine.
+ * problem with its path and line; top-level keys it ignores are notes).
  */
-export async function contentProblem(
+export async function checkContent(
   name: string,
   contentType: ScriptType | "yaml",
   content: string,
-): Promise<string | undefined> {
-  if (contentType !== "yaml") return scriptProblem(name, contentType, content)
+): Promise<ContentCheckResult> {
+  if (contentType !== "yaml") {
+    const problem = await scriptProblem(name, contentType, content)
+    return problem === undefined ? { notes: [] } : { problem, notes: [] }
+  }
   try {
-    parseYamlPipeline(content, { source: `${name}.yaml` })
-    return undefined
+    return { notes: parseYamlPipeline(content, { source: `${name}.yaml` }).notes }
   } catch (error) {
-    if (error instanceof YamlPipelineError) return error.message
+    if (error instanceof YamlPipelineError) return { problem: error.message, notes: [] }
     throw error
   }
 }

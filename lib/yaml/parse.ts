@@ -1,5 +1,5 @@
 import { Checker, describe, hasVariable, isMapping, type Node } from "./checker.ts"
-import { didYouMean } from "./did-you-mean.ts"
+import { didYouMean, suggestion } from "./did-you-mean.ts"
 import { childPath, loadYaml, SourceLines } from "./load.ts"
 import { readContainerLimits, readTaskConfig } from "./task-config.ts"
 import type {
@@ -186,7 +186,17 @@ class PipelineReader {
     if (root.value === null) {
       return c.problem(root, "the pipeline is empty; it needs jobs:, for example jobs: [{name: build, plan: [...]}]")
     }
-    if (c.mapping(root, "the pipeline", pipelineKeys) === undefined) return undefined
+    if (!isMapping(root.value)) return c.problem(root, `the pipeline must be a mapping, not ${describe(root.value)}`)
+    // atc/config.go (UnmarshalConfig) keeps only the keys it knows at the top
+    // level before its strict parse, so pipelines park YAML anchors under keys
+    // like `shared:`. Ignored here too, with a note; inside jobs and steps an
+    // unknown key is still refused, as Concourse refuses it.
+    const notes: string[] = []
+    for (const key of Object.keys(root.value)) {
+      if ((pipelineKeys as readonly string[]).includes(key)) continue
+      const close = suggestion(key, pipelineKeys)
+      notes.push(`line ${c.lineOf(root, key)}: top-level key "${key}" ignored, as Concourse ignores it${close}`)
+    }
     const jobsNode = c.child(root, "jobs")
     if (jobsNode === undefined) c.problem(root, "the pipeline has no jobs; add jobs: with at least one job")
     else if (Array.isArray(jobsNode.value) && jobsNode.value.length === 0) {
@@ -213,6 +223,7 @@ class PipelineReader {
       ),
       ...(maxInFlight === undefined ? {} : { maxInFlight }),
       ...(display === undefined ? {} : { display }),
+      notes,
     }
   }
 

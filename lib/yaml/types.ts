@@ -28,6 +28,8 @@ export type YamlPipeline = {
   readonly maxInFlight?: number
   /** Accepted for Concourse compatibility (its UI background); runnel ignores it. */
   readonly display?: YamlMap
+  /** What the store answers besides "ok": the top-level keys it ignored, each with its line. */
+  readonly notes: readonly string[]
 }
 
 export type Resource = {

@@ -30,9 +30,24 @@ describe("store-time validation, as fly set-pipeline", () => {
     expect(parseYamlPipeline(base("")).jobs).toHaveLength(1)
   })
 
-  it("refuses an unknown top-level key with a suggestion", () => {
-    expect(messageOf(`${base("")}resource_type: []\n`)).toBe(
-      'resource_type: unknown key "resource_type" in the pipeline; did you mean "resource_types"? (line 8)',
+  // atc/config.go, UnmarshalConfig: only the known top-level keys survive to
+  // the strict parse, so anchors parked under `shared:` are fine.
+  it("ignores an unknown top-level key, as atc/config.go does, with a note naming it, its line and a suggestion", () => {
+    const pipeline = parseYamlPipeline(`shared:
+  get-repo: &get-repo {get: repo}
+resource_type: []
+${base("  - *get-repo")}`)
+    expect(pipeline.jobs[0]?.plan).toHaveLength(2)
+    expect(pipeline.notes).toEqual([
+      'line 1: top-level key "shared" ignored, as Concourse ignores it',
+      'line 3: top-level key "resource_type" ignored, as Concourse ignores it; did you mean "resource_types"?',
+    ])
+    expect(parseYamlPipeline(base("")).notes).toEqual([])
+  })
+
+  it("still refuses an unknown key in a job, as Concourse's strict parse does", () => {
+    expect(messageOf(`${base("")}  shared: {}\n`)).toBe(
+      'jobs[0].shared: unknown key "shared" in job "build"; known keys: name, plan, serial, serial_groups, max_in_flight, webhook_trigger, triggers, on_success, on_failure, on_error, on_abort, ensure, public, disable_manual_trigger, interruptible, old_name, build_log_retention, build_logs_to_retain (line 8)',
     )
   })
 
