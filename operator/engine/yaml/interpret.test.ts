@@ -165,6 +165,87 @@ jobs:
     expect(result.status).toBe("failure")
   })
 
+  // atc/exec/on_success.go and on_failure.go: on_failure wraps on_success
+  // (StepPrecedence), so a failing on_success hook is a failure of the step
+  // that on_failure sees; ensure (ensure_step.go) wraps everything and runs last.
+  it("runs on_failure after a failing on_success hook, then ensure last, and hooks of hooks", async () => {
+    const { result, tasks } = await run(`
+jobs:
+- name: j
+  plan:
+  - ${sh("build", "true")}
+    ensure: ${hook("cleanup", "true")}
+    on_failure:
+      ${sh("notify", "exit 1", 6)}
+      on_failure: ${hook("notify-failed", "true")}
+      ensure: ${hook("notify-ensure", "true")}
+    on_success:
+      ${sh("publish", "exit 1", 6)}
+      on_success: ${hook("never", "true")}
+  - ${sh("not-reached", "true")}
+`)
+    expect(tasks).toEqual([
+      "jobs/j/1/task/build success",
+      "jobs/j/2/task/publish failure",
+      "jobs/j/3/task/notify failure",
+      "jobs/j/4/task/notify-failed success",
+      "jobs/j/5/task/notify-ensure success",
+      "jobs/j/6/task/cleanup success",
+    ])
+    expect(result.status).toBe("failure")
+  })
+
+  // atc/exec/on_failure.go returns the hook's error, and on_error.go (wrapping
+  // it) then runs its hook; on_success.go hands an error on without its hook.
+  it("runs on_error when an on_failure hook errors, and the step errors", async () => {
+    const { result, tasks } = await run(`
+jobs:
+- name: j
+  plan:
+  - ${sh("build", "exit 1")}
+    on_failure:
+      task: broken
+      params: {TOKEN: ((missing))}
+      config: ${config("true")}
+    on_error: ${hook("report", "true")}
+    ensure: ${hook("cleanup", "true")}
+`)
+    expect(tasks).toEqual([
+      "jobs/j/1/task/build failure",
+      "jobs/j/2/task/broken error",
+      "jobs/j/3/task/report success",
+      "jobs/j/4/task/cleanup success",
+    ])
+    expect(result.status).toBe("error")
+    expect(result.message).toContain('"missing"')
+  })
+
+  // atc/exec/retry_step.go: attempts go on after a failure or an error and the
+  // last attempt's outcome is the step's; the hooks (outside attempts in
+  // StepPrecedence) run once, after the last attempt.
+  it("runs hooks once after the last of the attempts, with the last attempt's outcome", async () => {
+    const { result, tasks } = await run(`
+jobs:
+- name: j
+  plan:
+  - task: flaky
+    attempts: 3
+    params: {N: ((missing))}
+    config: ${config("true")}
+    on_error: ${hook("errored", "true")}
+    on_failure: ${hook("never", "true")}
+    ensure: ${hook("cleanup", "true")}
+`)
+    expect(tasks).toEqual([
+      "jobs/j/1/task/flaky error",
+      "jobs/j/2/task/flaky error",
+      "jobs/j/3/task/flaky error",
+      "jobs/j/4/task/errored success",
+      "jobs/j/5/task/cleanup success",
+    ])
+    expect(result.status).toBe("error")
+  })
+
   it("runs in_parallel steps up to limit at once, and fail_fast interrupts the others", async () => {
     const started = Date.now()
     const { result, tasks } = await run(`

@@ -19,17 +19,24 @@ export async function runStep(step: Step, scope: Scope): Promise<Outcome> {
 }
 
 /**
- * Hooks as Concourse's exec package runs them:
- * - on_success runs after success, and its outcome is the step's;
- * - on_failure runs after a failure, and the step still fails (errors if the hook errors);
+ * Hooks as Concourse's exec package runs them, each wrapping the ones before
+ * (atc/exec on_success.go, on_failure.go, on_abort.go, on_error.go,
+ * ensure_step.go, nested in StepPrecedence's order):
+ * - on_success runs after success, and its outcome is the step's, so a
+ *   failing on_success fails the step and on_failure runs next;
+ * - on_failure runs after a failure, and the step still fails (errors if the
+ *   hook errors, and then on_error runs);
  * - on_abort runs after an abort, on_error after an error; the outcome stays;
- * - ensure always runs; a failing ensure fails the step, an erroring one errors it.
+ * - ensure always runs, last; a failing ensure fails the step, an erroring one errors it.
  * Hooks after an abort run with a fresh signal, so a stop does not skip them.
+ * A hook is a step like any other, so it may have hooks of its own.
  */
 export async function withHooks(hooks: Hooks, scope: Scope, body: () => Promise<Outcome>): Promise<Outcome> {
   let outcome = await body()
-  if (outcome === "success" && hooks.onSuccess !== undefined) outcome = await runStep(hooks.onSuccess, scope)
-  else if (outcome === "failure" && hooks.onFailure !== undefined) {
+  if (outcome === "success" && hooks.onSuccess !== undefined) {
+    outcome = scope.signal.aborted ? "aborted" : await runStep(hooks.onSuccess, scope)
+  }
+  if (outcome === "failure" && hooks.onFailure !== undefined) {
     const hook = await runStep(hooks.onFailure, scope)
     outcome = hook === "error" || hook === "aborted" ? hook : "failure"
   }
