@@ -610,6 +610,55 @@ jobs:
   })
 })
 
+describe("vars, as Concourse resolves them", () => {
+  // concourse-ci.org vars docs ("var_sources", the dummy type), vars/reference.go
+  // for quoted segments, atc/exec/load_var_step.go for ((.:name.field)).
+  it("resolves a dummy var source with quoted segments and a load_var value by field, redacted", async () => {
+    const { result, out } = await run(`
+var_sources:
+- name: vals
+  type: dummy
+  config:
+    vars:
+      "dotted.name": {inner: from-dummy}
+      plain: p
+resources:
+- name: data
+  type: mock
+  source: {create_files: {"conf.yml": "image: {tag: v9}\\nlist: [a, b]\\n"}}
+jobs:
+- name: j
+  plan:
+  - get: data
+  - load_var: conf
+    file: data/conf.yml
+    reveal: true
+  - ${sh("show", 'echo "$A $B $C"')}
+    params: {A: ((vals:"dotted.name".inner)), B: ((.:conf.image.tag)), C: "((vals:plain))"}
+`)
+    expect(result.status).toBe("success")
+    expect(out("jobs/j/3/task/show")).toBe("***REDACTED*** v9 ***REDACTED***\n")
+  })
+
+  it("errors naming the undefined variable, the task and the key it was used at", async () => {
+    const { result, tasks, out } = await run(`
+jobs:
+- name: j
+  plan:
+  - task: t
+    config:
+      platform: linux
+      image_resource: {type: mock}
+      run: {path: echo, args: [hi, "((.:nothing))"]}
+`)
+    expect(tasks).toEqual(["jobs/j/1/task/t error"])
+    const message =
+      'undefined variable ((.:nothing)): no load_var step or across var named "nothing" ran before this step (used in config.run.args[1])'
+    expect(result.message).toBe(`jobs/j/1/task/t: ${message}`)
+    expect(out("jobs/j/1/task/t", "stderr")).toContain(message)
+  })
+})
+
 describe("resources", () => {
   it("gets and puts a mock resource, records versions, and a later run sees them", async () => {
     const versions = memoryVersions()

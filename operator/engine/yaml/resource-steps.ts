@@ -58,10 +58,10 @@ async function prepare(scope: Scope, name: string): Promise<Prepared> {
   const resource = pipeline.resources.find((candidate) => candidate.name === name)
   if (resource === undefined) throw new SystemError(`the pipeline has no resource "${name}"`)
   const lookup = lookupOf(scope)
-  const source = await interpolate(resource.source, lookup)
+  const source = await interpolate(resource.source, lookup, `source of resource "${resource.name}"`)
   const type = pipeline.resourceTypes.find((candidate) => candidate.name === resource.type)
   if (type !== undefined) {
-    const defaults = await interpolate(type.defaults, lookup)
+    const defaults = await interpolate(type.defaults, lookup, `defaults of resource type "${type.name}"`)
     // A type that is the mock resource itself (Concourse's tests declare them with mirror_self).
     if (type.type === mockType) return { resource, source: withDefaults(source, defaults), impl: { kind: "mock" } }
     if (!imageTypes.has(type.type)) {
@@ -69,7 +69,7 @@ async function prepare(scope: Scope, name: string): Promise<Prepared> {
         `resource type "${type.name}" is of type "${type.type}"; runnel runs resource types from registry-image or docker-image (or mock)`,
       )
     }
-    const image = registryImage(await interpolate(type.source, lookup))
+    const image = registryImage(await interpolate(type.source, lookup, `source of resource type "${type.name}"`))
     return { resource, source: withDefaults(source, defaults), impl: { kind: "protocol", image, defaults } }
   }
   if (resource.type === mockType) return { resource, source, impl: { kind: "mock" } }
@@ -90,8 +90,8 @@ export async function runGetStep(step: GetStep, scope: Scope): Promise<Outcome> 
   try {
     prepared = await prepare(scope, step.resource)
     const lookup = lookupOf(scope)
-    params = await interpolate(step.params, lookup)
-    const asked = step.version === undefined ? undefined : await interpolate(step.version, lookup)
+    params = await interpolate(step.params, lookup, "params")
+    const asked = step.version === undefined ? undefined : await interpolate(step.version, lookup, "version")
     fixed = typeof asked === "object" ? asked : passedVersion(scope, step.passed, step.resource)
   } catch (error) {
     return stepError(scope, slot, error)
@@ -108,8 +108,8 @@ export async function runPutStep(step: PutStep, scope: Scope): Promise<Outcome> 
   try {
     prepared = await prepare(scope, step.resource)
     const lookup = lookupOf(scope)
-    params = await interpolate(step.params, lookup)
-    getParams = await interpolate(step.getParams, lookup)
+    params = await interpolate(step.params, lookup, "params")
+    getParams = await interpolate(step.getParams, lookup, "get_params")
   } catch (error) {
     return stepError(scope, slot, error)
   }

@@ -29,7 +29,7 @@ export async function runSetPipelineStep(step: SetPipelineStep, scope: Scope): P
     const lookup = lookupOf(scope)
     name = await interpolateText(step.name, lookup, "the pipeline name")
     file = await interpolateText(step.file, lookup, "file")
-    vars = await interpolate(step.vars, lookup)
+    vars = await interpolate(step.vars, lookup, "vars")
   } catch (error) {
     return stepError(scope, slot, error)
   }

@@ -71,7 +71,7 @@ async function runAcross(step: Step, scope: Scope): Promise<Outcome> {
 }
 
 async function acrossValues(across: AcrossVar, scope: Scope): Promise<YamlValue[]> {
-  const values = await interpolate(across.values as YamlValue, lookupOf(scope))
+  const values = await interpolate(across.values as YamlValue, lookupOf(scope), `across var "${across.var}"`)
   if (!Array.isArray(values)) {
     throw new Error(`across var "${across.var}": values must be a list, not ${JSON.stringify(values)}`)
   }

@@ -40,9 +40,9 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
   const { shared } = scope.state
   const lookup = lookupOf(scope)
   const config = await taskConfig(step, scope, slot, lookup)
-  const stepParams = await interpolate(step.params, lookup)
-  const inputMapping = await interpolate(step.inputMapping, lookup)
-  const outputMapping = await interpolate(step.outputMapping, lookup)
+  const stepParams = await interpolate(step.params, lookup, "params")
+  const inputMapping = await interpolate(step.inputMapping, lookup, "input_mapping")
+  const outputMapping = await interpolate(step.outputMapping, lookup, "output_mapping")
   const image = await taskImage(step, config, scope, lookup)
   const dir = buildDir()
   const mounts: Record<string, string> = {}
@@ -90,20 +90,20 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
 
 /** The inline config, or the task file read from its artifact; either interpolated. */
 async function taskConfig(step: TaskStep, scope: Scope, slot: TaskSlot, lookup: VarLookup): Promise<TaskConfig> {
-  if (step.config !== undefined) return interpolate(step.config, lookup)
+  if (step.config !== undefined) return interpolate(step.config, lookup, "config")
   if (step.file === undefined) throw new SystemError(`task "${step.name}" has neither config nor file`)
-  const file = await interpolate(step.file, lookup)
+  const file = await interpolate(step.file, lookup, "file")
   const text = await readArtifactFile(scope, slot, file, `${slot.path}/file`)
-  const vars = await interpolate(step.vars, lookup)
+  const vars = await interpolate(step.vars, lookup, "vars")
   // Parsed first, so that a variable holding YAML cannot change the structure; then interpolated.
   const config = parseTaskConfigFile(text, file)
-  return interpolate(config, { ...lookup, given: vars })
+  return interpolate(config, { ...lookup, given: vars }, `task file ${file}`)
 }
 
 async function taskImage(step: TaskStep, config: TaskConfig, scope: Scope, lookup: VarLookup): Promise<string> {
   const { mockImage } = scope.state.shared.deps
   if (step.image !== undefined) {
-    const name = await interpolate(step.image, lookup)
+    const name = await interpolate(step.image, lookup, "image")
     const artifact = scope.artifacts.get(name)
     if (artifact === undefined) throw new SystemError(`task "${step.name}": image artifact "${name}" does not exist`)
     if (artifact.image === undefined) {

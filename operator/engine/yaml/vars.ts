@@ -5,9 +5,12 @@ import type { GrowingRedactor } from "./redaction.ts"
 
 /** An undefined ((variable)): the step, its job and the run end as `error`, naming it. */
 export class UndefinedVariable extends SystemError {
-  constructor(message: string) {
-    super(message)
+  /** The key it was used at, `params.TOKEN`, when known. */
+  readonly where: string | undefined
+  constructor(message: string, where?: string) {
+    super(where === undefined ? message : `${message} (used in ${where})`)
     this.name = "UndefinedVariable"
+    this.where = where
   }
 }
 
@@ -32,57 +35,108 @@ const wholePattern = /^\(\(([^()]*)\)\)$/
  * Replaces every ((variable)) in the strings of `value` (deeply, keys left
  * alone). A string that is exactly one variable takes the variable's value as
  * it is (a list, a mapping); inside other text a value that is not a string
- * is written as JSON. Throws UndefinedVariable naming the first undefined one.
+ * is written as JSON. Throws UndefinedVariable naming the first undefined one
+ * and where it was used: `where` (the step's key, `params`) and the keys
+ * inside it (`params.TOKEN`).
  */
-export async function interpolate<T>(value: T, lookup: VarLookup): Promise<T> {
-  return (await walk(value, lookup)) as T
+export async function interpolate<T>(value: T, lookup: VarLookup, where = ""): Promise<T> {
+  return (await walk(value, lookup, where)) as T
 }
 
-async function walk(value: unknown, lookup: VarLookup): Promise<unknown> {
-  if (typeof value === "string") return interpolateString(value, lookup)
+async function walk(value: unknown, lookup: VarLookup, where: string): Promise<unknown> {
+  if (typeof value === "string") return interpolateString(value, lookup, where)
   if (Array.isArray(value)) {
     const out: unknown[] = []
-    for (const item of value) out.push(await walk(item, lookup))
+    for (const [index, item] of value.entries()) out.push(await walk(item, lookup, `${where}[${index}]`))
     return out
   }
   if (typeof value === "object" && value !== null) {
     const out: Record<string, unknown> = {}
-    for (const [key, item] of Object.entries(value)) out[key] = await walk(item, lookup)
+    for (const [key, item] of Object.entries(value)) {
+      out[key] = await walk(item, lookup, where === "" ? key : `${where}.${key}`)
+    }
     return out
   }
   return value
 }
 
-async function interpolateString(text: string, lookup: VarLookup): Promise<YamlValue> {
+async function interpolateString(text: string, lookup: VarLookup, where: string): Promise<YamlValue> {
   if (!text.includes("((")) return text
-  const whole = wholePattern.exec(text)
-  if (whole !== null) return resolveVariable(whole[1] ?? "", lookup)
-  let out = ""
-  let last = 0
-  for (const match of text.matchAll(variablePattern)) {
-    const value = await resolveVariable(match[1] ?? "", lookup)
-    out += text.slice(last, match.index) + (typeof value === "string" ? value : JSON.stringify(value))
-    last = match.index + match[0].length
+  try {
+    const whole = wholePattern.exec(text)
+    if (whole !== null) return await resolveVariable(whole[1] ?? "", lookup)
+    let out = ""
+    let last = 0
+    for (const match of text.matchAll(variablePattern)) {
+      const value = await resolveVariable(match[1] ?? "", lookup)
+      out += text.slice(last, match.index) + (typeof value === "string" ? value : JSON.stringify(value))
+      last = match.index + match[0].length
+    }
+    return out + text.slice(last)
+  } catch (error) {
+    if (!(error instanceof UndefinedVariable) || where === "" || error.where !== undefined) throw error
+    throw new UndefinedVariable(error.message, where)
   }
-  return out + text.slice(last)
 }
 
 /** Interpolates a string and insists on a string result (a timeout, a file path, a pipeline name). */
 export async function interpolateText(text: string, lookup: VarLookup, what: string): Promise<string> {
-  const value = await interpolateString(text, lookup)
+  const value = await interpolateString(text, lookup, what)
   if (typeof value === "string") return value
   if (typeof value === "number" || typeof value === "boolean") return String(value)
   throw new SystemError(`${what} "${text}" must be a string, but its variable holds ${JSON.stringify(value)}`)
 }
 
-/** The value of one variable, `name`, `name.field`, `.:name` or `source:name`. */
+/**
+ * A ((variable)) read as Concourse reads it (vars/reference.go): an optional
+ * source before the first `:` outside quotes (`.` for load_var and across),
+ * then a path and fields split at `.` outside quotes. A quoted segment keeps
+ * its dots, colons and spaces (`((vault:"a.b".field))`); an unquoted one is
+ * trimmed.
+ */
+export type VariableReference = { readonly source?: string; readonly path: string; readonly fields: readonly string[] }
+
+export function parseReference(reference: string): VariableReference {
+  const shown = `((${reference}))`
+  if ((reference.match(/"/g) ?? []).length % 2 !== 0) {
+    throw new UndefinedVariable(`invalid variable ${shown}: a quote is not closed`)
+  }
+  const colon = unquotedIndex(reference, ":")
+  let rest = reference
+  let source: string | undefined
+  if (colon >= 0) {
+    source = reference.slice(0, colon).trim()
+    if (source.includes('"')) throw new UndefinedVariable(`invalid variable ${shown}: a var source name is not quoted`)
+    rest = reference.slice(colon + 1)
+  }
+  const segments: string[] = []
+  for (;;) {
+    const dot = unquotedIndex(rest, ".")
+    const raw = (dot < 0 ? rest : rest.slice(0, dot)).trim()
+    const segment = /^"[^"]*"$/.test(raw) ? raw.slice(1, -1) : raw.replaceAll('"', "")
+    if (segment === "") throw new UndefinedVariable(`invalid variable ${shown}: it has an empty name or field`)
+    segments.push(segment)
+    if (dot < 0) break
+    rest = rest.slice(dot + 1)
+  }
+  const [path = "", ...fields] = segments
+  return { ...(source === undefined ? {} : { source }), path, fields }
+}
+
+/** The index of `char` outside double quotes, or -1. */
+function unquotedIndex(text: string, char: string): number {
+  let quoted = false
+  for (let i = 0; i < text.length; i++) {
+    if (text[i] === '"') quoted = !quoted
+    else if (text[i] === char && !quoted) return i
+  }
+  return -1
+}
+
+/** The value of one variable, `name`, `name.field`, `.:name`, `source:name` or with quoted segments. */
 export async function resolveVariable(reference: string, lookup: VarLookup): Promise<YamlValue> {
-  const text = reference.trim()
-  const shown = `((${text}))`
-  const colon = text.indexOf(":")
-  const source = colon < 0 ? undefined : text.slice(0, colon)
-  const [name = "", ...fields] = (colon < 0 ? text : text.slice(colon + 1)).split(".")
-  if (name === "") throw new UndefinedVariable(`undefined variable ${shown}: it names no variable`)
+  const shown = `((${reference.trim()}))`
+  const { source, path: name, fields } = parseReference(reference.trim())
   let value: YamlValue | undefined
   if (source === ".") {
     value = lookup.locals.get(name)
@@ -116,14 +170,25 @@ export async function resolveVariable(reference: string, lookup: VarLookup): Pro
       value = fields.length > 0 ? parsedSecret(secret) : secret
     }
   }
+  return fieldsOf(value, fields, shown)
+}
+
+function fieldsOf(value: YamlValue, fields: readonly string[], shown: string): YamlValue {
+  let current = value
   for (const field of fields) {
     const next: YamlValue | undefined =
-      typeof value === "object" && value !== null && !Array.isArray(value) ? (value as YamlMap)[field] : undefined
-    if (next === undefined)
-      throw new UndefinedVariable(`undefined variable ${shown}: the value has no field "${field}"`)
-    value = next
+      typeof current === "object" && current !== null && !Array.isArray(current)
+        ? (current as YamlMap)[field]
+        : undefined
+    if (next === undefined) {
+      const keys =
+        typeof current === "object" && current !== null && !Array.isArray(current) ? Object.keys(current) : []
+      const known = keys.length === 0 ? "" : `; it has ${keys.map((key) => `"${key}"`).join(", ")}`
+      throw new UndefinedVariable(`undefined variable ${shown}: the value has no field "${field}"${known}`)
+    }
+    current = next
   }
-  return value
+  return current
 }
 
 /** A secret read with fields (`((creds.user))`) is JSON; other text has no fields. */
@@ -150,10 +215,15 @@ export function addLeaves(redactor: GrowingRedactor, value: YamlValue): void {
  */
 export function substituteGiven(text: string, vars: YamlMap): string {
   return text.replace(variablePattern, (whole, reference: string) => {
-    const [name = "", ...fields] = reference.trim().split(".")
-    if (reference.includes(":")) return whole
-    let value: YamlValue | undefined = vars[name]
-    for (const field of fields) {
+    let parsed: VariableReference
+    try {
+      parsed = parseReference(reference.trim())
+    } catch {
+      return whole
+    }
+    if (parsed.source !== undefined) return whole
+    let value: YamlValue | undefined = vars[parsed.path]
+    for (const field of parsed.fields) {
       value =
         typeof value === "object" && value !== null && !Array.isArray(value) ? (value as YamlMap)[field] : undefined
     }
