@@ -710,6 +710,67 @@ jobs:
     expect(second.out("jobs/j/2/task/show")).toBe("v2\n")
   })
 
+  // concourse/concourse testflight/fixtures/recursive-resource-checking.yml, with
+  // the keys atc/config.go's ResourceConfig and ResourceType accept and runnel ignores.
+  it("runs a resource whose type's type's type is mock, with check_every, tags and webhook_token accepted", async () => {
+    const { result, tasks, out } = await run(`
+resource_types:
+- name: mock-resource-parent
+  type: mock
+  source: {mirror_self: true, initial_version: parent-version}
+  check_every: 1m
+  tags: [any]
+- name: mock-resource-child
+  type: mock-resource-parent
+  source: {mirror_self: true, initial_version: child-version}
+- name: mock-resource-grandchild
+  type: mock-resource-child
+  source: {mirror_self: true, initial_version: grandchild-version}
+resources:
+- name: recursive-custom-resource
+  type: mock-resource-grandchild
+  source: {initial_version: hella-nested}
+  check_every: never
+  tags: [any]
+  webhook_token: some-token
+jobs:
+- name: get-resource
+  plan:
+  - get: recursive-custom-resource
+  - task: show
+    config:
+      platform: linux
+      image_resource: {type: mock}
+      inputs: [{name: recursive-custom-resource}]
+      run: {path: cat, args: [recursive-custom-resource/version]}
+`)
+    expect(result.status).toBe("success")
+    expect(tasks).toEqual([
+      "jobs/get-resource/1/get/recursive-custom-resource success",
+      "jobs/get-resource/2/task/show success",
+    ])
+    expect(out("jobs/get-resource/2/task/show")).toBe("hella-nested\n")
+  })
+
+  it("errors naming resource types whose types form a cycle", async () => {
+    const { result, tasks } = await run(`
+resource_types:
+- name: a
+  type: b
+- name: b
+  type: a
+resources:
+- name: r
+  type: a
+jobs:
+- name: j
+  plan:
+  - get: r
+`)
+    expect(tasks).toEqual(["jobs/j/1/get/r error"])
+    expect(result.message).toContain('resource types "a" -> "b" -> "a" form a cycle')
+  })
+
   it("makes set_pipeline an error without the server, and calls it with the server", async () => {
     const source = `
 jobs:

@@ -62,15 +62,12 @@ async function prepare(scope: Scope, name: string): Promise<Prepared> {
   const type = pipeline.resourceTypes.find((candidate) => candidate.name === resource.type)
   if (type !== undefined) {
     const defaults = await interpolate(type.defaults, lookup, `defaults of resource type "${type.name}"`)
-    // A type that is the mock resource itself (Concourse's tests declare them with mirror_self).
-    if (type.type === mockType) return { resource, source: withDefaults(source, defaults), impl: { kind: "mock" } }
-    if (!imageTypes.has(type.type)) {
-      throw new SystemError(
-        `resource type "${type.name}" is of type "${type.type}"; runnel runs resource types from registry-image or docker-image (or mock)`,
-      )
+    const impl = await typeImpl(scope, type.name, [])
+    return {
+      resource,
+      source: withDefaults(source, defaults),
+      impl: impl.kind === "mock" ? impl : { ...impl, defaults },
     }
-    const image = registryImage(await interpolate(type.source, lookup, `source of resource type "${type.name}"`))
-    return { resource, source: withDefaults(source, defaults), impl: { kind: "protocol", image, defaults } }
   }
   if (resource.type === mockType) return { resource, source, impl: { kind: "mock" } }
   if (coreTypes.has(resource.type)) {
@@ -79,6 +76,42 @@ async function prepare(scope: Scope, name: string): Promise<Prepared> {
   throw new SystemError(
     `resource "${resource.name}" is of type "${resource.type}", which is neither mock, a Concourse core type nor declared in resource_types`,
   )
+}
+
+/**
+ * How resources of the declared resource type `name` run: in the image a get
+ * of the type's own `source` with its own `type` would fetch. That type may be
+ * another declared type, resolved the same way (Concourse's testflight
+ * fixture recursive-resource-checking.yml: a mock type whose type is a mock
+ * type whose type is mock). The chain ends at `mock` (the resources run as the
+ * mock resource, which stands for the image it mirrors) or at
+ * `registry-image`/`docker-image` (the image its source names); a type named
+ * after one of those, overriding it, fetches images the same way.
+ */
+async function typeImpl(scope: Scope, name: string, seen: readonly string[]): Promise<Impl> {
+  if (seen.includes(name)) {
+    throw new SystemError(`resource types ${[...seen, name].map((n) => `"${n}"`).join(" -> ")} form a cycle`)
+  }
+  const { pipeline } = scope.state.shared
+  const type = pipeline.resourceTypes.find((candidate) => candidate.name === name)
+  if (type === undefined) throw new SystemError(`the pipeline has no resource type "${name}"`)
+  if (type.type === mockType) return { kind: "mock" }
+  const parent = pipeline.resourceTypes.find((candidate) => candidate.name === type.type && candidate.name !== name)
+  if (parent !== undefined) {
+    const impl = await typeImpl(scope, parent.name, [...seen, name])
+    if (impl.kind === "mock") return impl
+    if (!imageTypes.has(parent.name)) {
+      throw new SystemError(
+        `resource type "${type.name}" is of type "${type.type}", which fetches no image runnel can run; the chain of resource types must end at registry-image, docker-image or mock`,
+      )
+    }
+  } else if (!imageTypes.has(type.type)) {
+    throw new SystemError(
+      `resource type "${type.name}" is of type "${type.type}"; runnel runs resource types from registry-image or docker-image (or mock)`,
+    )
+  }
+  const source = await interpolate(type.source, lookupOf(scope), `source of resource type "${type.name}"`)
+  return { kind: "protocol", image: registryImage(source), defaults: {} }
 }
 
 /** A get step: fetch a version of the resource into an artifact named after the step. */
