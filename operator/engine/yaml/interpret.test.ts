@@ -771,6 +771,71 @@ jobs:
     expect(result.message).toContain('resource types "a" -> "b" -> "a" form a cycle')
   })
 
+  // concourse-ci.org get step ("passed", "trigger"), put step (its implicit
+  // get), and concourse/mock-resource's out `file` param.
+  const flow = (testB: string) => `
+resources:
+- name: thing
+  type: mock
+  source: {initial_version: v0}
+jobs:
+- name: build
+  plan:
+  - task: make-version
+    config:
+      platform: linux
+      image_resource: {type: mock}
+      outputs: [{name: out}]
+      run: {path: sh, args: [-c, "echo v42 > out/ver"]}
+  - put: thing
+    params: {file: out/ver}
+- name: test-a
+  plan:
+  - get: thing
+    passed: [build]
+    trigger: true
+- name: test-b
+  plan:
+  - get: thing
+    passed: [build]
+    trigger: true
+${testB}
+- name: ship
+  plan:
+  - get: thing
+    passed: [test-a, test-b]
+    version: every
+  - task: show
+    config:
+      platform: linux
+      image_resource: {type: mock}
+      inputs: [{name: thing}]
+      run: {path: cat, args: [thing/version]}
+`
+
+  it("feeds a put's version, read from a file, through a fan-out to a fan-in get", async () => {
+    const { result, tasks, out } = await run(flow(""))
+    expect(result.status).toBe("success")
+    expect(tasks).toEqual([
+      "jobs/build/1/task/make-version success",
+      "jobs/build/2/put/thing success",
+      "jobs/build/3/get/thing success",
+      "jobs/test-a/1/get/thing success",
+      "jobs/test-b/1/get/thing success",
+      "jobs/ship/1/get/thing success",
+      "jobs/ship/2/task/show success",
+    ])
+    expect(out("jobs/ship/2/task/show")).toBe("v42\n")
+  })
+
+  it("errors a fan-in get when no version passed every job it names", async () => {
+    const { result, tasks } = await run(flow("  - put: thing\n    params: {version: v43}"))
+    expect(tasks).toContain("jobs/ship/1/get/thing error")
+    expect(result.message).toContain(
+      'no version of resource "thing" passed all of "test-a", "test-b" in this run: job "test-a" had {"version":"v42"}, job "test-b" had {"version":"v43"}',
+    )
+  })
+
   it("makes set_pipeline an error without the server, and calls it with the server", async () => {
     const source = `
 jobs:

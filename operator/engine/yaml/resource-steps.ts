@@ -1,6 +1,7 @@
 import { posix } from "node:path"
 import { errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import type { GetStep, PutStep, Resource, YamlMap } from "../../../lib/yaml/types.ts"
+import { readArtifactFile } from "./artifact-files.ts"
 import {
   mockCheck,
   mockGetTask,
@@ -24,7 +25,7 @@ import {
 import { execTask, stepError } from "./task-exec.ts"
 import { registryImage } from "./task-step.ts"
 import { interpolate } from "./vars.ts"
-import type { MetadataField, Version } from "./versions.ts"
+import { type MetadataField, sameVersion, type Version } from "./versions.ts"
 
 /**
  * Concourse's own resource types, which its workers carry and runnel pulls as
@@ -151,7 +152,16 @@ export async function runPutStep(step: PutStep, scope: Scope): Promise<Outcome> 
   let metadata: MetadataField[]
   const { mockImage } = scope.state.shared.deps
   if (prepared.impl.kind === "mock") {
-    version = mockPutVersion(params)
+    try {
+      // The mock's out reads the version from `file` when given (concourse/mock-resource README, out params).
+      const file = typeof params.file === "string" ? params.file : undefined
+      version =
+        file === undefined
+          ? mockPutVersion(params)
+          : { version: (await readArtifactFile(scope, slot, file, `${slot.path}/file`)).trim() }
+    } catch (error) {
+      return stepError(scope, slot, error)
+    }
     metadata = mockMetadata(prepared.source)
     const run = await execTask(scope, slot, mockPutTask(mockImage, dir, version, metadata, params))
     if (run.outcome !== "success") return run.outcome
@@ -180,13 +190,29 @@ export async function runPutStep(step: PutStep, scope: Scope): Promise<Outcome> 
   return fetch(scope, nextTask(scope, "get", step.name), step.name, prepared, getParams, version)
 }
 
-/** The version the jobs named in `passed:` fetched or put in this run, when one of them did. */
+/**
+ * The version the jobs named in `passed:` fetched or put in this run. With
+ * several jobs (fan-in), only a version that went through every one of them
+ * that touched the resource in this run qualifies, as Concourse's scheduler
+ * picks a version that passed all the named jobs (concourse-ci.org, get step:
+ * "passed"); jobs that did not run (skipped by webhook_trigger) constrain
+ * nothing. Undefined when none of them recorded one.
+ */
 function passedVersion(scope: Scope, passed: readonly string[], resource: string): Version | undefined {
+  const seen: { job: string; version: Version }[] = []
   for (const job of passed) {
     const version = scope.state.shared.jobVersions.get(job)?.get(resource)
-    if (version !== undefined) return version
+    if (version !== undefined) seen.push({ job, version })
   }
-  return undefined
+  const first = seen[0]
+  if (first === undefined) return undefined
+  const other = seen.find((entry) => !sameVersion(entry.version, first.version))
+  if (other !== undefined) {
+    throw new SystemError(
+      `no version of resource "${resource}" passed all of ${passed.map((job) => `"${job}"`).join(", ")} in this run: job "${first.job}" had ${JSON.stringify(first.version)}, job "${other.job}" had ${JSON.stringify(other.version)}`,
+    )
+  }
+  return first.version
 }
 
 async function fetch(
