@@ -61,6 +61,21 @@ export function parseTaskConfigFile(text: string, source: string): TaskConfig {
   return taskConfigOrThrow(new Checker(loaded.lines, problems), { value: loaded.root, path: "", line: 1 }, source)
 }
 
+/**
+ * Reads a task config file into plain values without checking them, so that
+ * ((variables)) can be filled in where the checks would refuse them (a
+ * `type: ((image_resource_type))`, as Concourse's testflight task_vars.yml
+ * has) before validateTaskConfig. Only YAML syntax is checked here; throws a
+ * YamlPipelineError naming `source`.
+ */
+export function loadTaskConfigFile(text: string, source: string): YamlValue {
+  const problems: ProblemList = new ProblemList()
+  const loaded = loadYaml(text, problems)
+  if (loaded === undefined) problems.fail(source)
+  problems.throwIfAny(source)
+  return loaded.root
+}
+
 /** As parseTaskConfigFile, for a config already read into plain values (messages then carry no lines). */
 export function validateTaskConfig(value: YamlValue, source: string): TaskConfig {
   const problems: ProblemList = new ProblemList()

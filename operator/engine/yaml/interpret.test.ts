@@ -610,6 +610,81 @@ jobs:
   })
 })
 
+describe("task artifacts, as Concourse passes them", () => {
+  // concourse-ci.org task step (input_mapping, output_mapping) and task config
+  // ("outputs": an output at an input's path holds the input's content).
+  it("chains inputs and outputs through tasks, an output at an input's path keeping its content", async () => {
+    const { result, tasks, out } = await run(`
+jobs:
+- name: j
+  plan:
+  - task: make
+    config:
+      platform: linux
+      image_resource: {type: mock}
+      outputs: [{name: repo}]
+      run: {path: sh, args: [-c, "echo a > repo/a"]}
+  - task: change
+    input_mapping: {src: repo}
+    output_mapping: {changed: built}
+    config:
+      platform: linux
+      image_resource: {type: mock}
+      inputs: [{name: src, path: work}]
+      outputs: [{name: changed, path: work}]
+      run: {path: sh, args: [-c, "echo b > work/b"]}
+  - task: use
+    config:
+      platform: linux
+      image_resource: {type: mock}
+      inputs: [{name: built}]
+      run: {path: sh, args: [-c, "cat built/a built/b"]}
+`)
+    expect(tasks).toEqual(["jobs/j/1/task/make success", "jobs/j/2/task/change success", "jobs/j/3/task/use success"])
+    expect(result.status).toBe("success")
+    expect(out("jobs/j/3/task/use")).toBe("a\nb\n")
+  })
+
+  // concourse/concourse testflight/fixtures/task_vars.yml: a task file whose
+  // image type is a var; the step's params win over the file's params.
+  it("fills a task file's vars before checking it, and step params win over the file's", async () => {
+    const { result, out } = await run(
+      `
+var_sources:
+- name: vs
+  type: dummy
+  config:
+    vars: {from_source: text-from-var-source}
+resources:
+- name: some-resource
+  type: mock
+  source:
+    create_files: {task.yml: ((task_content))}
+jobs:
+- name: j
+  plan:
+  - get: some-resource
+  - task: run
+    file: some-resource/task.yml
+    vars: {image_resource_type: mock, echo_text: Hello World}
+    params: {B: from-step}
+`,
+      {
+        // As the fixture's task_content var, set with fly -v: the file's own ((vars)) stay in its text.
+        secrets: {
+          task_content: `platform: linux
+image_resource: {type: ((image_resource_type))}
+params: {A: ((echo_text)), B: from-file, C: ((vs:from_source))}
+run: {path: sh, args: [-c, 'echo "$A|$B|$C"']}
+`,
+        },
+      },
+    )
+    expect(result.status).toBe("success")
+    expect(out("jobs/j/2/task/run")).toBe("Hello World|from-step|***REDACTED***\n")
+  })
+})
+
 describe("vars, as Concourse resolves them", () => {
   // concourse-ci.org vars docs ("var_sources", the dummy type), vars/reference.go
   // for quoted segments, atc/exec/load_var_step.go for ((.:name.field)).

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto"
 import { posix } from "node:path"
 import { SystemError } from "../../../lib/core/errors.ts"
-import { parseTaskConfigFile } from "../../../lib/yaml/parse.ts"
+import { loadTaskConfigFile, validateTaskConfig } from "../../../lib/yaml/parse.ts"
 import type { ImageResource, TaskConfig, TaskStep, YamlMap, YamlValue } from "../../../lib/yaml/types.ts"
 import { cacheVolumePrefix } from "../run-context.ts"
 import { readArtifactFile } from "./artifact-files.ts"
@@ -56,6 +56,7 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
     }
     mounts[posix.join(dir, input.path ?? input.name)] = artifact.volume
   }
+  const inputMounts = new Map(Object.entries(mounts))
   if (missing.length > 0) {
     const known = [...scope.artifacts.keys()]
     throw new SystemError(
@@ -65,8 +66,12 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
   const outputs = new Map<string, { volume: string }>()
   for (const output of config.outputs) {
     const artifactName = outputMapping[output.name] ?? output.name
-    const volume = artifactVolume(scope, slot, artifactName)
-    mounts[posix.join(dir, output.path ?? output.name)] = volume
+    const path = posix.join(dir, output.path ?? output.name)
+    // An output at an input's path starts with the input's content, as in
+    // Concourse (task docs, "outputs"); inputs are mounted, not copied, so it
+    // is the input's volume, changed in place.
+    const volume = inputMounts.get(path) ?? artifactVolume(scope, slot, artifactName)
+    mounts[path] = volume
     outputs.set(artifactName, { volume })
   }
   config.caches.forEach((cache, index) => {
@@ -95,9 +100,11 @@ async function taskConfig(step: TaskStep, scope: Scope, slot: TaskSlot, lookup: 
   const file = await interpolate(step.file, lookup, "file")
   const text = await readArtifactFile(scope, slot, file, `${slot.path}/file`)
   const vars = await interpolate(step.vars, lookup, "vars")
-  // Parsed first, so that a variable holding YAML cannot change the structure; then interpolated.
-  const config = parseTaskConfigFile(text, file)
-  return interpolate(config, { ...lookup, given: vars }, `task file ${file}`)
+  // Read as YAML first, so that a variable holding YAML cannot change the
+  // structure; then interpolated (vars first, as Concourse's task step does)
+  // and only then checked, so variables may stand where a check wants a value.
+  const raw = loadTaskConfigFile(text, file)
+  return validateTaskConfig(await interpolate(raw, { ...lookup, given: vars }, `task file ${file}`), file)
 }
 
 async function taskImage(step: TaskStep, config: TaskConfig, scope: Scope, lookup: VarLookup): Promise<string> {
