@@ -685,6 +685,100 @@ run: {path: sh, args: [-c, 'echo "$A|$B|$C"']}
   })
 })
 
+describe("across, as Concourse runs it", () => {
+  // concourse/concourse testflight/fixtures/across.yml, unchanged but for the
+  // mock's mirror_self image (the native driver runs tasks on the host).
+  it("runs every combination of static and load_var values, in task args and put params", async () => {
+    const { result, tasks, out } = await run(`
+resources:
+- name: mock
+  type: mock
+  source:
+    create_files:
+      data.yml: |
+        [dynamic1, dynamic2, dynamic3, 4]
+
+jobs:
+- name: job
+  plan:
+  - get: mock
+  - load_var: dynamic
+    file: mock/data.yml
+  - across:
+    - var: static
+      values: [static1, static2]
+    - var: dynamic
+      values: ((.:dynamic))
+    task: print
+    config:
+      platform: linux
+      image_resource:
+        type: mock
+        source: {mirror_self: true}
+      run:
+        path: echo
+        args: ["running across ((.:static)) ((.:dynamic))"]
+  - across:
+    - var: dynamic
+      values: ((.:dynamic))
+    put: mock
+    params: {version: "v_((.:dynamic))"}
+`)
+    expect(result.status).toBe("success")
+    const printed = tasks.filter((task) => task.includes("/task/print")).map((task) => out(task.split(" ")[0] ?? ""))
+    // load_var values are redacted from output (reveal: false, as Concourse with redaction on); 4 is a number.
+    const hidden = "***REDACTED***"
+    expect(printed).toEqual(
+      ["static1", "static2"].flatMap((s) => [hidden, hidden, hidden, "4"].map((d) => `running across ${s} ${d}\n`)),
+    )
+    const pushed = tasks.filter((task) => task.includes("/put/mock")).map((task) => out(task.split(" ")[0] ?? ""))
+    expect(pushed).toEqual([`v_${hidden}`, `v_${hidden}`, `v_${hidden}`, "v_4"].map((v) => `pushing version: ${v}\n`))
+    expect(tasks).toHaveLength(2 + 8 + 4 * 2)
+  })
+  // concourse-ci.org across step modifier: it may sit on any step (here inside
+  // try, in_parallel, on a do and on a hook), fail_fast stops the values after
+  // a failure, and the values reach file paths. Hooks wrap across
+  // (StepPrecedence in atc/steps.go), so a step's on_success runs once.
+  it("runs across inside try, in_parallel and hooks, with fail_fast, and in file paths", async () => {
+    const { result, tasks, out } = await run(`
+resources:
+- name: files
+  type: mock
+  source: {create_files: {"a.txt": "A", "b.txt": "B"}}
+jobs:
+- name: j
+  plan:
+  - get: files
+  - try:
+      across: [{var: num, values: [1, 2, 3], fail_fast: true}]
+      ${sh("flaky", 'echo "n=$NUM"; test "$NUM" != 2', 6)}
+      params: {NUM: ((.:num))}
+  - in_parallel:
+    - across: [{var: f, values: [a, b], max_in_flight: all}]
+      do:
+      - load_var: content
+        file: files/((.:f)).txt
+        reveal: true
+      - ${sh("show", 'echo "$V"', 8)}
+        params: {V: ((.:content))}
+      on_success:
+        across: [{var: suffix, values: [first, second]}]
+        ${sh("done", 'echo "$S"', 8)}
+        params: {S: ((.:suffix))}
+`)
+    expect(result.status).toBe("success")
+    const outputs = (name: string) =>
+      tasks.filter((task) => task.includes(`/task/${name} `)).map((task) => out(task.split(" ")[0] ?? ""))
+    expect(tasks.filter((task) => task.includes("/task/flaky"))).toEqual([
+      "jobs/j/2/task/flaky success",
+      "jobs/j/3/task/flaky failure",
+    ])
+    expect(outputs("flaky")).toEqual(["n=1\n", "n=2\n"])
+    expect(outputs("show").sort()).toEqual(["A\n", "B\n"])
+    expect(outputs("done")).toEqual(["first\n", "second\n"])
+  })
+})
+
 describe("vars, as Concourse resolves them", () => {
   // concourse-ci.org vars docs ("var_sources", the dummy type), vars/reference.go
   // for quoted segments, atc/exec/load_var_step.go for ((.:name.field)).
