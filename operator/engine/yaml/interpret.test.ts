@@ -334,6 +334,16 @@ jobs:
 })
 
 describe("jobs", () => {
+  /** A GitHub issues event: `eventType == 'push'` is false for it. */
+  const webhook: WebhookRequest = {
+    provider: "github",
+    eventType: "issues",
+    method: "POST",
+    url: "/hook",
+    headers: { "X-GitHub-Event": "issues" },
+    query: {},
+    body: "{}",
+  }
   const pipeline = (firstScript: string) => `
 resources:
 - name: thing
@@ -386,15 +396,6 @@ jobs:
   plan:
   - ${sh("run", "true")}
 `
-    const webhook: WebhookRequest = {
-      provider: "github",
-      eventType: "issues",
-      method: "POST",
-      url: "/hook",
-      headers: { "X-GitHub-Event": "issues" },
-      query: {},
-      body: "{}",
-    }
     const skipped = await run(source, { webhook })
     expect(skipped.result.status).toBe("success")
     expect(skipped.tasks).toEqual(["jobs/deploy/0/job/deploy skipped", "jobs/always/1/task/run success"])
@@ -429,15 +430,6 @@ jobs:
   - get: thing
     passed: [verify]
 `
-    const webhook: WebhookRequest = {
-      provider: "github",
-      eventType: "issues",
-      method: "POST",
-      url: "/hook",
-      headers: { "X-GitHub-Event": "issues" },
-      query: {},
-      body: "{}",
-    }
     const { result, tasks, out } = await run(source, { webhook })
     expect(result.status).toBe("success")
     expect(tasks).toEqual([
