@@ -170,6 +170,55 @@ describe("native driver", () => {
     expect(await readFile(target, "utf8")).toBe("host\n")
   })
 
+  // Issue 19, group 9: a script task mounting a volume at /data writes /data/file.txt.
+  it("binds each volume at its absolute path in a mount namespace of the task's own, seen by no one else", async () => {
+    const { run } = await openRun()
+    const data = await run.createVolume("data")
+    const write = collect()
+    const task = shell("echo from-task > /data/file.txt && cat /data/file.txt && ls data", {
+      mounts: { "/data": data },
+    })
+    expect(await run.exec(task, write, never)).toEqual({ code: 0, timedOut: false })
+    expect(write.out()).toBe("from-task\nfile.txt\n")
+    const read = collect()
+    await run.exec(shell("cat file.txt; test ! -e /data", { mounts: { "/in": data }, workDir: "/in" }), read, never)
+    expect(read.out()).toBe("from-task\n")
+    await expect(readFile("/data/file.txt", "utf8")).rejects.toMatchObject({ code: "ENOENT" })
+  })
+
+  it("refuses a mount outside the working directory where no mount namespace can be made, saying to use docker", async () => {
+    const driver = nativeDriverFactory({ workRoot, path, unshare: "/nonexistent/unshare" }).create({})
+    const run = await driver.open("no-namespace")
+    onTestFinished(() => run.close())
+    const data = await run.createVolume("data")
+    const exec = run.exec(
+      shell("echo x > /data/file.txt", { mounts: { "/data": data }, workDir: "/work" }),
+      collect(),
+      never,
+    )
+    await expect(exec).rejects.toBeInstanceOf(SystemError)
+    await expect(exec).rejects.toThrow(
+      'task "tasks/1/native" mounts "/data" outside its working directory "/work": the native driver places such a mount only in a private mount namespace, which this machine refuses (/nonexistent/unshare: spawn /nonexistent/unshare ENOENT); mount it below the working directory, or run with --driver docker',
+    )
+    // Mounts below the working directory still work, through the links, as before.
+    const output = collect()
+    await run.exec(
+      shell("echo ok > data/f && cat data/f", { mounts: { "/work/data": data }, workDir: "/work" }),
+      output,
+      never,
+    )
+    expect(output.out()).toBe("ok\n")
+  })
+
+  it("names a missing executable in a namespaced task as in any other", async () => {
+    const { run } = await openRun()
+    const data = await run.createVolume("data")
+    const task = { ...shell(""), command: { path: "no-such-program-runnel", args: [] }, mounts: { "/data": data } }
+    await expect(run.exec(task, collect(), never)).rejects.toThrow(
+      'executable "no-such-program-runnel" not found on PATH',
+    )
+  })
+
   it("runs a workDir below a mount inside that volume's directory", async () => {
     const { run } = await openRun()
     const volume = await run.createVolume("cache")

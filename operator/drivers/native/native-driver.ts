@@ -17,12 +17,15 @@ import {
   type Volume,
   type VolumeOptions,
 } from "../driver.ts"
+import { findExecutable, inMountNamespace, type MountNamespace, probeMountNamespace } from "./mount-namespace.ts"
 
 export type NativeDefaults = {
   /** Where run directories go, e.g. `<tmpdir>/runnel`. */
   readonly workRoot: string
   /** The PATH tasks get unless their env sets one. */
   readonly path: string
+  /** The `unshare` program that makes a task's mount namespace (mount-namespace.ts); default `unshare` on PATH. */
+  readonly unshare?: string
 }
 
 /** Inside a run directory: who made it, so removeLeftovers() can tell a crashed owner from a live one. */
@@ -49,11 +52,15 @@ const cachesDir = "caches"
  * sees `in/` and `out/`, as Concourse tasks expect. What the task writes
  * outside its mounts goes with its root, as a container's filesystem would.
  *
+ * A task with mounts also runs in a mount namespace of its own where the
+ * machine allows one (mount-namespace.ts): each volume is bound at its
+ * absolute path too, so `/data/x` reaches the volume mounted at `/data`.
+ * Where it does not, a mount outside the working directory is refused with
+ * an error that says to use the docker driver.
+ *
  * Beware, since this is not a container:
- * - Only the working directory is mapped. Absolute paths in the command, its
- *   arguments and env are not rewritten: a task writing `/data/x` writes the
- *   host's `/data/x` (as it always has), and reaches a mount only through a
- *   path relative to its working directory.
+ * - Without mounts, or without a namespace, absolute paths are the host's: a
+ *   task writing `/data/x` writes the host's `/data/x`.
  * - A mount is a symlink, and the kernel resolves `..` physically: `..` from
  *   inside a mount leads to the run's volumes directory, not to the mount's
  *   parent. `in/file` works; `../in/file` from inside another mount does not.
@@ -71,6 +78,8 @@ export function nativeDriverFactory(defaults: NativeDefaults): DriverFactory {
 class NativeDriver implements Driver {
   readonly name = "native"
   readonly #defaults: NativeDefaults
+  /** Probed once, when the first task with mounts starts. */
+  #namespace: Promise<MountNamespace> | undefined
 
   constructor(defaults: NativeDefaults) {
     this.#defaults = defaults
@@ -82,7 +91,12 @@ class NativeDriver implements Driver {
     const runDir = join(workRoot, `${safeName(runId)}-${randomBytes(4).toString("hex")}`)
     await mkdir(join(runDir, "volumes"), { recursive: true })
     await writeFile(join(runDir, ownerFile), processOwner)
-    return new NativeRun(runDir, join(workRoot, cachesDir), this.#defaults.path)
+    const unshare = this.#defaults.unshare ?? "unshare"
+    const probe = () => {
+      this.#namespace ??= probeMountNamespace(unshare, this.#defaults.path)
+      return this.#namespace
+    }
+    return new NativeRun(runDir, join(workRoot, cachesDir), this.#defaults.path, { unshare, probe })
   }
 
   async removeLeftovers(): Promise<void> {
@@ -110,21 +124,40 @@ class NativeRun implements RunDriver {
   readonly #running = new Map<ChildProcess, Promise<unknown>>()
   /** Volume name (or cache key) to its directory and whether it is a cache. */
   readonly #volumes = new Map<string, { readonly dir: string; readonly cache: boolean }>()
+  readonly #namespace: { readonly unshare: string; readonly probe: () => Promise<MountNamespace> }
   /** Tasks started, to name each task's root. */
   #tasks = 0
   #closing: Promise<void> | undefined
 
-  constructor(runDir: string, cachesDir: string, path: string) {
+  constructor(
+    runDir: string,
+    cachesDir: string,
+    path: string,
+    namespace: { readonly unshare: string; readonly probe: () => Promise<MountNamespace> },
+  ) {
     this.#runDir = runDir
     this.#cachesDir = cachesDir
     this.#path = path
+    this.#namespace = namespace
   }
 
   async exec(task: TaskSpec, output: TaskOutput, signal: AbortSignal): Promise<TaskExit> {
     signal.throwIfAborted()
     this.#assertOpen(task)
     const root = join(this.#runDir, "tasks", `${++this.#tasks}-${safeName(task.name)}`)
-    const { links, cwd } = this.#layout(task, root)
+    const { links, cwd, mounts, workDir } = this.#layout(task, root)
+    const newRoot = `${root}.ns`
+    let namespaced = false
+    if (mounts.length > 0) {
+      const namespace = await this.#namespace.probe()
+      namespaced = namespace.ok
+      const outside = mounts.find((mount) => !within(mount.path, workDir))
+      if (!namespace.ok && outside !== undefined) {
+        throw new SystemError(
+          `task "${task.path}" mounts "${outside.path}" outside its working directory "${workDir}": the native driver places such a mount only in a private mount namespace, which this machine refuses (${namespace.reason}); mount it below the working directory, or run with --driver docker`,
+        )
+      }
+    }
     try {
       await mkdir(root, { recursive: true })
       for (const { link, dir } of links) {
@@ -132,22 +165,42 @@ class NativeRun implements RunDriver {
         await symlink(dir, link)
       }
       await mkdir(cwd, { recursive: true })
+      if (namespaced) await mkdir(newRoot, { recursive: true })
       signal.throwIfAborted()
       this.#assertOpen(task)
-      return await this.#spawn(task, cwd, output, signal)
+      // A mount at "/" holds the working directory (the links place it); binding it over the new root would hide the host.
+      const binds = mounts.filter((mount) => mount.path !== "/")
+      return await this.#spawn(task, cwd, output, signal, namespaced ? { newRoot, mounts: binds } : undefined)
     } finally {
       // rm() never follows a link, so the volumes stay. Should it fail, close() removes the run directory.
+      // The new root's mounts went with the namespace, when the task's last process ended.
       await rm(root, { recursive: true, force: true }).catch(() => {})
+      if (namespaced) await rm(newRoot, { recursive: true, force: true }).catch(() => {})
       // A close() while the root was being made may have run before mkdir() made the run directory again.
       if (this.#closing !== undefined)
         await this.#closing.then(() => rm(this.#runDir, { recursive: true, force: true }))
     }
   }
 
-  async #spawn(task: TaskSpec, cwd: string, output: TaskOutput, signal: AbortSignal): Promise<TaskExit> {
+  async #spawn(
+    task: TaskSpec,
+    cwd: string,
+    output: TaskOutput,
+    signal: AbortSignal,
+    namespace?: { readonly newRoot: string; readonly mounts: readonly { path: string; dir: string }[] },
+  ): Promise<TaskExit> {
     const env = { PATH: this.#path, HOME: this.#runDir, ...task.env }
+    let command: { path: string; args: readonly string[] } = task.command
+    if (namespace !== undefined) {
+      if (!(await findExecutable(task.command.path, env.PATH))) {
+        throw spawnError(Object.assign(new Error("not found"), { code: "ENOENT" }), task.command.path, env.PATH)
+      }
+      // The task's links stay where its working directory is; the binds add the absolute paths.
+      command = inMountNamespace(this.#namespace.unshare, namespace.newRoot, namespace.mounts, cwd, task.command)
+    }
     // detached: the task leads its own process group, so killing -pid also kills what it started.
-    const child = spawn(task.command.path, task.command.args, {
+    // In a namespace, unshare, the shell and chroot each exec the next: the group leader is the task.
+    const child = spawn(command.path, command.args, {
       cwd,
       env,
       detached: true,
@@ -219,7 +272,10 @@ class NativeRun implements RunDriver {
    * The links to make in the task's `root` (each to its volume's directory) and the task's working
    * directory; see the driver's comment. Checks the mounts before the task touches the disk.
    */
-  #layout(task: TaskSpec, root: string): { links: { link: string; dir: string }[]; cwd: string } {
+  #layout(
+    task: TaskSpec,
+    root: string,
+  ): { links: { link: string; dir: string }[]; cwd: string; mounts: { path: string; dir: string }[]; workDir: string } {
     const mounts = Object.entries(task.mounts)
       .map(([path, volume]) => ({ path: containerPath(path), dir: this.#volumeDir(task, volume) }))
       .sort((a, b) => a.path.length - b.path.length)
@@ -237,6 +293,8 @@ class NativeRun implements RunDriver {
       // A mount at "/" is the task's only mount (any other would be inside it), and holds the workDir.
       links: mounts.filter((mount) => mount.path !== "/").map(({ path, dir }) => ({ link: join(root, path), dir })),
       cwd: holder === undefined ? join(root, workDir) : join(holder.dir, posix.relative(holder.path, workDir)),
+      mounts,
+      workDir,
     }
   }
 

@@ -1,0 +1,132 @@
+import { spawn } from "node:child_process"
+import { access, constants } from "node:fs/promises"
+import { posix } from "node:path"
+
+/**
+ * Running a native task in a private mount namespace, so its volumes are at
+ * the absolute paths it asked for (`/data/file.txt` reaches the volume mounted
+ * at `/data`), as in a container; nothing of it is seen outside the task.
+ *
+ * `unshare --mount --user --map-root-user` gives the task a user namespace of
+ * its own, in which it may mount without privileges on the host. In it, a
+ * shell builds a new root on a tmpfs: every directory on the way to a mount
+ * path is a "shadow" holding bind mounts of the host directory's entries (so
+ * the host stays visible, read-write, as without the namespace), the missing
+ * directories are made in the tmpfs, each volume is bound at its path, and the
+ * task runs chrooted there. The task runs as root of its namespace, which is
+ * the host user that runs runnel.
+ *
+ * The host may refuse (no `unshare`, user namespaces disabled, seccomp): then
+ * mountNamespace() answers the reason, and the driver refuses the mounts it
+ * cannot place, saying to use the docker driver.
+ */
+export type MountNamespace = { readonly ok: true } | { readonly ok: false; readonly reason: string }
+
+/** Whether `unshare` (at `executable`) can make a mount and a user namespace here. */
+export function probeMountNamespace(executable: string, path: string): Promise<MountNamespace> {
+  return new Promise((resolve) => {
+    const child = spawn(executable, [...unshareArgs, "true"], {
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { PATH: path },
+    })
+    let stderr = ""
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString()
+    })
+    child.once("error", (error) => resolve({ ok: false, reason: `${executable}: ${error.message}` }))
+    child.once("close", (code) =>
+      resolve(code === 0 ? { ok: true } : { ok: false, reason: stderr.trim() || `${executable} exited with ${code}` }),
+    )
+  })
+}
+
+const unshareArgs = ["--mount", "--user", "--map-root-user"] as const
+
+/**
+ * The shell that builds the new root at $1 and binds each volume (pairs of
+ * host directory and container path, up to `--`), then runs the command
+ * (after `--`: its working directory on the host, then the program and its
+ * arguments) chrooted there. The pipeline's text never enters it: every value
+ * is an argument.
+ */
+const script = `set -e
+new=$1; shift
+mount --make-rprivate /
+mount -t tmpfs runnel-task-root "$new"
+shadow() {
+  mkdir -p "$new$1"
+  for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    [ -e "$e" ] || [ -L "$e" ] || continue
+    t="$new$e"
+    if [ -e "$t" ] || [ -L "$t" ]; then continue; fi
+    if [ -L "$e" ]; then ln -s "$(readlink "$e")" "$t"
+    elif [ -d "$e" ]; then mkdir "$t"; mount --rbind "$e" "$t"
+    else : > "$t"; mount --bind "$e" "$t"; fi
+  done
+}
+shadow /
+while [ "$1" != "--" ]; do
+  volume=$1; target=$2; shift 2
+  at=""; rest=\${target#/}
+  while [ -n "$rest" ]; do
+    part=\${rest%%/*}
+    if [ "$part" = "$rest" ]; then rest=""; else rest=\${rest#*/}; fi
+    at="$at/$part"
+    if [ -n "$rest" ] && [ -d "$at" ] && [ ! -L "$at" ] && mountpoint -q "$new$at"; then
+      umount -l "$new$at"; rmdir "$new$at"; shadow "$at"
+    fi
+  done
+  mkdir -p "$new$target"
+  mount --bind "$volume" "$new$target"
+done
+shift
+cwd=$1; shift
+exec chroot "$new" sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"`
+
+/** The program and arguments that run `command` in a namespace with `binds` (container path to host directory). */
+export function inMountNamespace(
+  executable: string,
+  newRoot: string,
+  binds: readonly { readonly path: string; readonly dir: string }[],
+  cwd: string,
+  command: { readonly path: string; readonly args: readonly string[] },
+): { path: string; args: string[] } {
+  return {
+    path: executable,
+    args: [
+      ...unshareArgs,
+      "sh",
+      "-c",
+      script,
+      "sh",
+      newRoot,
+      ...binds.flatMap(({ path, dir }) => [dir, path]),
+      "--",
+      cwd,
+      command.path,
+      ...command.args,
+    ],
+  }
+}
+
+/** Whether `executable` can be run with `path` as PATH: checked on the host, since inside the namespace a missing one is only exit code 127. */
+export async function findExecutable(executable: string, path: string | undefined): Promise<boolean> {
+  // A relative path with a slash is found from the task's working directory, which the namespace makes.
+  if (executable.includes("/") && !executable.startsWith("/")) return true
+  const candidates = executable.startsWith("/")
+    ? [executable]
+    : (path ?? "")
+        .split(":")
+        .filter((dir) => dir !== "")
+        .map((dir) => posix.join(dir, executable))
+  for (const candidate of candidates) {
+    if (
+      await access(candidate, constants.X_OK).then(
+        () => true,
+        () => false,
+      )
+    )
+      return true
+  }
+  return false
+}
