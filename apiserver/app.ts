@@ -6,10 +6,12 @@ import type { Log } from "../lib/core/log.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
+import { type Authorize, openAccess } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
+import { mcpEndpoint } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { metaRoutes } from "./routes/meta.ts"
@@ -33,7 +35,7 @@ export type ApiServerDeps = {
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
   secrets: SecretStore
   /** Task output, as the operator stores it. */
-  logs: Pick<LogStore, "tasks" | "output" | "readChunks" | "attach">
+  logs: Pick<LogStore, "tasks" | "output" | "readChunks" | "attach" | "outputPage" | "search">
   /** The driver of a pipeline stored without one. */
   defaultDriver: string
   /** The drivers a pipeline may name, resolved (no `*`). */
@@ -53,6 +55,10 @@ export type ApiServerDeps = {
   audit: AuditLog
   /** This server's Pipeline writes, for the audit of the watch. */
   own: OwnWrites
+  /** `--mcp-allow-actions`: MCP clients may trigger pipelines and stop runs. */
+  mcpAllowActions: boolean
+  /** Who a request's user is and what they may see; open access (everyone, everything) until authentication exists. */
+  authorize?: Authorize
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -61,6 +67,8 @@ export type ApiServerDeps = {
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
+  // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
+  app.use(mcpEndpoint({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining
   if (draining !== undefined) app.use(refuseWhileDraining(draining))
   app.use(jsonBody(deps.maxBodyBytes))

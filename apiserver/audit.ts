@@ -5,6 +5,8 @@ export type AuditEvent =
   | "pipeline.paused"
   | "pipeline.unpaused"
   | "pipeline.rbac.update"
+  | "run.trigger"
+  | "run.stop"
 
 /**
  * One audit entry: who changed which pipeline. `actor` is `<provider>:<user>`,
@@ -17,6 +19,10 @@ export type AuditEntry = {
   readonly actor: string
   readonly old?: string | null
   readonly new?: string | null
+  /** The run a `run.*` event started or stopped. */
+  readonly run_id?: string
+  /** Where the request came from when not the REST API: `mcp`. */
+  readonly via?: string
 }
 
 /** Where audit entries go; `runnel server` writes each as one JSON line on stdout (docs/decisions.md). */

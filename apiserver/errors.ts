@@ -50,6 +50,14 @@ export function errorRenderer(log: Log): Middleware {
   }
 }
 
+/**
+ * The same judgement for MCP, which answers in JSON-RPC rather than HTTP: the
+ * status and message a REST request would get, the cause of a 500 logged here.
+ */
+export function failureOf(error: unknown, log: Log, where: Readonly<Record<string, unknown>>) {
+  return responseOf(error, (cause) => log("api.error", { ...where, error: cause }))
+}
+
 function responseOf(error: unknown, logCause: (cause: string) => void): { status: number; message: string } {
   if (error instanceof RunnelError) return { status: error.status, message: error.message }
   if (error instanceof ApiException) return kubeResponse(error.code, kubeMessage(error))

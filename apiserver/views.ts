@@ -1,5 +1,6 @@
 import { badRequest } from "../lib/core/errors.ts"
 import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
 import { contentTypeOf } from "../lib/script/content-type.ts"
 
 /** Set on every write through this API: Kubernetes objects carry no update time of their own. */
@@ -43,6 +44,34 @@ export function runView(run: RunObject, pipelineIds: ReadonlyMap<string, string>
     updated_at: status.finishedAt ?? status.startedAt ?? created,
     started_at: status.startedAt ?? null,
     finished_at: status.finishedAt ?? null,
+  }
+}
+
+/** A run's tasks without their output: from its status, or from the log store while the status has none yet. */
+export function taskRecords(run: RunObject, logs: Pick<LogStore, "tasks">) {
+  const fromStatus = run.status?.tasks ?? []
+  if (fromStatus.length > 0) return fromStatus
+  return logs.tasks(run.metadata?.name ?? "").map(({ path, name, status, code, startedAt, endedAt }) => ({
+    path,
+    name,
+    status,
+    code,
+    startedAt,
+    endedAt,
+  }))
+}
+
+/** The task object of contract.md section 4 around its output (already redacted when it was stored). */
+export function taskView(task: ReturnType<typeof taskRecords>[number], stdout: string, stderr: string) {
+  return {
+    path: task.path,
+    name: task.name,
+    status: task.status,
+    code: task.code,
+    stdout,
+    stderr,
+    started_at: task.startedAt,
+    ended_at: task.endedAt,
   }
 }
 

@@ -16,6 +16,7 @@ const apiserverFlagNames = [
   "allowed-features",
   "webhook-timeout",
   "webhook-max-age",
+  "mcp-allow-actions",
   "secrets-sqlite-path",
   "secrets-sqlite-passphrase",
 ]

@@ -23,7 +23,13 @@ describe("settings per role", () => {
     expect(serverSettings({}, drivers, { ...env, CI_PORT: "9001" }).http.port).toBe(9001)
     expect(serverSettings({}, drivers, env)).toMatchObject({
       http: { port: 8080, host: "127.0.0.1" },
-      api: { maxQueueSize: 100, maxBodyBytes: 10 * 1024 * 1024, webhookTimeoutMs: 5000, webhookMaxAgeMs: 300_000 },
+      api: {
+        maxQueueSize: 100,
+        maxBodyBytes: 10 * 1024 * 1024,
+        webhookTimeoutMs: 5000,
+        webhookMaxAgeMs: 300_000,
+        mcpAllowActions: false,
+      },
       namespace: "default",
       storagePath: "runnel.db",
       logStorePath: "runnel-logs.db",

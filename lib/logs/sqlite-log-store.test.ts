@@ -137,7 +137,8 @@ for (const kind of ["file", ":memory:"] as const) {
     it("pages one stream of a task in characters, and gives its total", async () => {
       const store = await openStore()
       const text = Array.from({ length: 5000 }, (_, i) => `line ${i} é✓\n`).join("")
-      for (let at = 0; at < text.length; at += 777) store.append("r1", "tasks/1/long", "stdout", text.slice(at, at + 777))
+      for (let at = 0; at < text.length; at += 777)
+        store.append("r1", "tasks/1/long", "stdout", text.slice(at, at + 777))
       let read = ""
       for (let offset = 0; offset < text.length; offset += 10_000) {
         const page = await store.outputPage("r1", "tasks/1/long", "stdout", offset, 10_000)
@@ -163,7 +164,14 @@ for (const kind of ["file", ":memory:"] as const) {
       const store = await openStore()
       store.append("r1", "tasks/1/build", "stdout", "some output of build AND deploy\n")
       await store.flush()
-      for (const query of ['"unterminated', "AND", "build AND (", "nosuchcolumn:word", "* ^ NEAR(", "'; DROP TABLE chunks; --"]) {
+      for (const query of [
+        '"unterminated',
+        "AND",
+        "build AND (",
+        "nosuchcolumn:word",
+        "* ^ NEAR(",
+        "'; DROP TABLE chunks; --",
+      ]) {
         await expect(store.search({ query }), query).resolves.toMatchObject({ hasMore: false })
       }
       expect((await hits(store, "build AND (")).map((hit) => hit.runId)).toEqual(["r1"])

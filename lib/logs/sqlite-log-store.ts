@@ -1,4 +1,4 @@
-import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite"
+import type { DatabaseSync, StatementSync } from "node:sqlite"
 import {
   isMainThread,
   MessageChannel,
@@ -90,7 +90,9 @@ export async function openSqliteLogStore(path: string): Promise<LogStore> {
   try {
     migrate(db, migrations)
     const [writer, reader] =
-      path === ":memory:" ? [inlineWriter(db), inlineReader(db)] : await Promise.all([threadWriter(path), threadReader(path)])
+      path === ":memory:"
+        ? [inlineWriter(db), inlineReader(db)]
+        : await Promise.all([threadWriter(path), threadReader(path)])
     return new SqliteLogStore(db, writer, reader)
   } catch (error) {
     db.close()
@@ -795,7 +797,8 @@ if (!isMainThread && parentPort !== null) {
   const data = workerData as { role?: string; path?: string } | undefined
   if (data?.role === writerRole) {
     const { path, shared, batches } = data as Partial<WriterData>
-    if (path !== undefined && shared !== undefined && batches !== undefined) runWriter(path, shared, batches, parentPort)
+    if (path !== undefined && shared !== undefined && batches !== undefined)
+      runWriter(path, shared, batches, parentPort)
   } else if (data?.role === readerRole && data.path !== undefined) {
     runReader(data.path, parentPort)
   }
