@@ -41,6 +41,8 @@ export const packagePlaces: Readonly<Record<string, readonly string[]>> = {
   esbuild: ["lib/script/"],
   commander: ["cli/"],
   "@marcbachmann/cel-js": ["lib/cel/"],
+  "@modelcontextprotocol/sdk": ["apiserver/mcp/"],
+  zod: ["apiserver/mcp/"],
   vitest: [],
 }
 
