@@ -1,3 +1,4 @@
+import { setPriority } from "node:os"
 import type { DatabaseSync, StatementSync } from "node:sqlite"
 import {
   isMainThread,
@@ -78,6 +79,8 @@ const indexIdleMs = 250
 const maxIndexLagMs = 1_000
 const checkpointChars = 4 << 20
 const defaultSearchLimit = 20
+/** Search ranks the newest this many matching rows (of 16 KiB at most each); older ones are reached by narrowing. */
+const rankWindow = 1_000
 const defaultReadLimit = 1000
 /** Beyond this many runs with writes on their way, the committed ones are forgotten. */
 const maxUnsyncedRuns = 64
@@ -416,22 +419,26 @@ export function ftsWords(query: string): string | undefined {
 
 /** The statements of a read connection: ranked search, and pages of a stream. */
 function readStatements(db: DatabaseSync) {
-  // The best rows are chosen first, by rank alone (bm25, computed for every matching row: the cost of a
-  // common word grows with the store); snippet() then re-reads only the rows of the page.
+  // Ranked among the newest rankWindow matching rows: FTS5 walks a word's rows newest first and stops there,
+  // so a common word costs the same over 1 GiB as over 10 MB (ranking every match grows with the store:
+  // ≈50 ms per 32 MB measured on a busy machine). A rare word has fewer matches than that and is ranked whole.
+  // snippet() then re-reads only the rows of the page.
   const page = (filter: string) =>
     db.prepare(
-      `WITH top AS (
-         SELECT f.rowid AS id, f.rank AS rank FROM chunks_fts f ${filter === "" ? "" : "JOIN chunks c ON c.id = f.rowid"}
-         WHERE chunks_fts MATCH $match ${filter} ORDER BY f.rank LIMIT $limit OFFSET $offset)
+      `WITH recent AS (
+         SELECT chunks_fts.rowid AS id, bm25(chunks_fts) AS rank FROM chunks_fts
+         ${filter === "" ? "" : "JOIN chunks c ON c.id = chunks_fts.rowid"}
+         WHERE chunks_fts MATCH $match ${filter} ORDER BY chunks_fts.rowid DESC LIMIT ${rankWindow}),
+       top AS (SELECT id, rank FROM recent ORDER BY rank, id DESC LIMIT $limit OFFSET $offset)
        SELECT c.run_id, c.path, c.stream, snippet(chunks_fts, 0, '**', '**', '…', 24) AS snippet
        FROM top JOIN chunks_fts ON chunks_fts.rowid = top.id JOIN chunks c ON c.id = top.id
-       WHERE chunks_fts MATCH $match ORDER BY top.rank, top.id`,
+       WHERE chunks_fts MATCH $match ORDER BY top.rank, top.id DESC`,
     )
   const everywhere = page("")
   const only = page("AND c.run_id IN (SELECT value FROM json_each($runs))")
   const except = page("AND c.run_id NOT IN (SELECT value FROM json_each($runs))")
   // One run's rows lie between its first and last id, a range FTS5 skips to instead of reading every hit.
-  const oneRun = page(`AND c.run_id = $run AND f.rowid BETWEEN (SELECT min(id) FROM chunks WHERE run_id = $run)
+  const oneRun = page(`AND c.run_id = $run AND chunks_fts.rowid BETWEEN (SELECT min(id) FROM chunks WHERE run_id = $run)
                                                          AND (SELECT max(id) FROM chunks WHERE run_id = $run)`)
   const total = db.prepare(
     "SELECT coalesce(sum(length(text)), 0) AS total FROM chunks WHERE run_id = ? AND path = ? AND stream = ?",
@@ -544,7 +551,19 @@ async function threadReader(path: string): Promise<Reader> {
   }
 }
 
+/** The reader thread's nice value: searches yield the CPU to the event loop (webhooks, runs) when both want it. */
+const readerNice = 10
+
 function runReader(path: string, store: MessagePort): void {
+  // On Linux a nice value belongs to a thread, and pid 0 is the calling one: this lowers the reader alone.
+  // Elsewhere it may lower the whole process, or fail; either way searches still run.
+  if (process.platform === "linux") {
+    try {
+      setPriority(0, readerNice)
+    } catch {
+      // Not permitted here: the reader runs at the process's priority.
+    }
+  }
   const db = openDatabase(path, databaseOptions)
   const statements = readStatements(db)
   store.on("message", (message: ToReader) => {
