@@ -1,7 +1,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
+import { bareToolCall, call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // MCP as an assistant meets it: a real `runnel server` process, driven by the official SDK client
 // over Streamable HTTP, and by plain fetch for a bare tools/call and malformed requests.
@@ -291,15 +291,7 @@ describe("MCP over plain HTTP", () => {
     fetch(`${base}/mcp`, { method: "POST", headers: { "Content-Type": "application/json", ...headers }, body })
 
   it("answers a bare tools/call without initialize, in JSON", async () => {
-    const response = await fetch(`${base}/mcp`, {
-      method: "POST",
-      body: JSON.stringify({
-        jsonrpc: "2.0",
-        id: 7,
-        method: "tools/call",
-        params: { name: "search_pipelines", arguments: {} },
-      }),
-    })
+    const response = await bareToolCall(base, "search_pipelines", {}, 7)
     expect(response.status).toBe(200)
     expect(response.headers.get("content-type")).toMatch(/^application\/json/)
     expect(response.headers.get("mcp-session-id")).toBeNull()

@@ -99,3 +99,10 @@ export const erroringYaml = `jobs:
     config: {platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: "true"}}
     params: {X: ((nope))}
 `
+
+/** A bare MCP `tools/call` over plain fetch: no initialize, no session, no Accept or Content-Type header. */
+export const bareToolCall = (base: string, name: string, args: Record<string, unknown> = {}, id = 1) =>
+  fetch(`${base}/mcp`, {
+    method: "POST",
+    body: JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } }),
+  })

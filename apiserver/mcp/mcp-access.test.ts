@@ -12,6 +12,7 @@ import { quietLog } from "../../lib/core/log.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../../lib/logs/sqlite-log-store.ts"
 import { openSqliteSecretStore } from "../../lib/secrets/sqlite-secret-store.ts"
+import { bareToolCall } from "../../test/server-process.ts"
 import type { Authorize } from "../access.ts"
 import { startApiServer } from "../app.ts"
 
@@ -128,15 +129,7 @@ describe("MCP and what a user may see", () => {
   }
 
   it("refuses a request without credentials with 401 when authentication is on", async () => {
-    const response = await fetch(`${base}/mcp`, {
-      method: "POST",
-      body: JSON.stringify({
-        jsonrpc: "2.0",
-        id: 1,
-        method: "tools/call",
-        params: { name: "list_pipelines", arguments: {} },
-      }),
-    })
+    const response = await bareToolCall(base, "list_pipelines")
     expect(response.status).toBe(401)
     expect(response.headers.get("www-authenticate")).toContain("Bearer")
     expect(await response.json()).toMatchObject({

@@ -27,8 +27,9 @@ const transportError = -32000
 
 /**
  * POST /mcp: the Model Context Protocol over Streamable HTTP, stateless (contract.md section 5).
- * - Each POST gets a fresh McpServer and transport, closed when the answer is sent: no session is
- *   kept, so any instance of the API server answers any request, and a bare `tools/call` with no
+ * - Each POST gets its own transport and a server no other request is using (taken from a few idle
+ *   ones, since building one with its tools costs milliseconds), both closed when the answer is
+ *   sent: no session is kept, so any instance of the API server answers any request, and a bare `tools/call` with no
  *   `initialize` before it is answered like any other.
  * - The answer is JSON, or an SSE stream when the client's Accept names text/event-stream and not
  *   application/json. The SDK insists on both in Accept; a client that sends neither (curl) is
@@ -40,6 +41,7 @@ const transportError = -32000
  *   chosen by apiserver/errors.ts as for REST (a 500's cause goes to the log only).
  */
 export function mcpEndpoint(deps: McpEndpointDeps): Middleware {
+  const idle: PooledServer[] = []
   return async (ctx, next) => {
     if (ctx.path !== mcpPath) return next()
     if (ctx.method !== "POST") {
@@ -75,21 +77,14 @@ export function mcpEndpoint(deps: McpEndpointDeps): Middleware {
       if (status === 401) ctx.set("WWW-Authenticate", 'Bearer, Basic realm="runnel"')
       return answer(ctx, status, transportError, message, idOf(body))
     }
-    const server = new McpServer(
-      { name: "runnel", version: "0.1.0" },
-      {
-        instructions:
-          "runnel runs CI pipelines. Runs have ids; each run has tasks addressed by paths. Start with list_runs or search_tasks, then get_run, list_run_tasks, get_run_task (paged) or get_task_output (grep).",
-      },
-    )
-    const tools = registerTools(
-      server,
-      deps,
-      access,
-      (error) => failureOf(error, deps.log, { path: ctx.path, tool: toolName(body) }).message,
-    )
-    const unknown = unknownTool(body, tools)
-    if (unknown !== undefined) return answer(ctx, 200, invalidParams, unknown, idOf(body))
+    const pooled = idle.pop() ?? newServer(deps)
+    pooled.tools.bind(access, (error) => failureOf(error, deps.log, { path: ctx.path, tool: toolName(body) }).message)
+    const unknown = unknownTool(body, pooled.tools.names)
+    if (unknown !== undefined) {
+      idle.push(pooled)
+      return answer(ctx, 200, invalidParams, unknown, idOf(body))
+    }
+    const { server } = pooled
 
     const accept = ctx.get("Accept")
     const sse = accept.includes("text/event-stream") && !accept.includes("application/json")
@@ -98,8 +93,10 @@ export function mcpEndpoint(deps: McpEndpointDeps): Middleware {
       enableJsonResponse: !sse,
     })
     ctx.res.on("close", () => {
-      void transport.close()
-      void server.close()
+      // Closed, the server takes the next request; a few are kept for requests that come at once.
+      void server.close().then(() => {
+        if (idle.length < maxIdleServers) idle.push(pooled)
+      })
     })
     await server.connect(transport)
     // The SDK refuses a request whose Accept lacks either type, or whose Content-Type is not JSON; the body
@@ -119,6 +116,22 @@ export function mcpEndpoint(deps: McpEndpointDeps): Middleware {
     })
     ctx.body = response.body === null ? "" : Readable.fromWeb(response.body as import("node:stream/web").ReadableStream)
   }
+}
+
+/** Servers kept for the next requests; more requests at once get new ones. */
+const maxIdleServers = 8
+
+type PooledServer = { server: McpServer; tools: ReturnType<typeof registerTools> }
+
+function newServer(deps: McpToolDeps): PooledServer {
+  const server = new McpServer(
+    { name: "runnel", version: "0.1.0" },
+    {
+      instructions:
+        "runnel runs CI pipelines. Runs have ids; each run has tasks addressed by paths. Start with list_runs or search_tasks, then get_run, list_run_tasks, get_run_task (paged) or get_task_output (grep).",
+    },
+  )
+  return { server, tools: registerTools(server, deps) }
 }
 
 /** A JSON-RPC error response, sent by Koa. */

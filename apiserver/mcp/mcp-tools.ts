@@ -50,9 +50,15 @@ const pipelineKey = z.string().min(1).describe("A pipeline's name or id, as list
 const page = z.number().int().min(1).default(1).describe("Page number, from 1.")
 const perPage = z.number().int().min(1).max(100).default(20).describe("Items per page, 1 to 100.")
 
-/** Registers the tools a user of `access` is given on a fresh server for one request; returns their names. */
-export function registerTools(server: McpServer, deps: McpToolDeps, access: Access, fail: (error: unknown) => string) {
-  const reads = accessReads(deps, access)
+/**
+ * Registers the tools on a server, which then answers one request at a time: `bind` names the user of
+ * the next request (what they may see) and how its failures become messages. Building a server and its
+ * tools costs milliseconds, so servers are reused rather than made per request.
+ */
+export function registerTools(server: McpServer, deps: McpToolDeps) {
+  let access: Access = { actor: "", mayView: () => false }
+  let reads = accessReads(deps, access)
+  let fail: (error: unknown) => string = () => "no request is bound to this server"
   const names: string[] = []
   const tool = <Shape extends z.ZodRawShape>(
     name: string,
@@ -340,7 +346,14 @@ export function registerTools(server: McpServer, deps: McpToolDeps, access: Acce
     )
   }
 
-  return names
+  return {
+    names,
+    bind(user: Access, failure: (error: unknown) => string) {
+      access = user
+      reads = accessReads(deps, user)
+      fail = failure
+    },
+  }
 
   /** The last tailChars of a stream, and its length. */
   async function tail(id: string, path: string, stream: OutputStream) {
