@@ -171,6 +171,11 @@ describe("MCP at POST /mcp", () => {
       expect(answer.isError, query).toBe(false)
     }
     expect((await ok("search_tasks", { query: "!!! ((( ***" })).items).toEqual([])
+    // The secret was stored redacted: neither search nor grep can find it.
+    expect((await ok("search_tasks", { query: tokenValue })).items).toEqual([])
+    expect((await ok("search_tasks", { query: "REDACTED" })).items[0].snippet).toContain("token=***REDACTED***")
+    const grep = await ok("get_task_output", { run_id: runId, path: "tasks/1/build", pattern: tokenValue })
+    expect(grep.stdout.matches).toEqual([])
     expect((await ok("search_tasks", { query: "refused" })).items.length).toBeGreaterThan(0)
   })
 

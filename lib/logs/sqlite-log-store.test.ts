@@ -274,6 +274,21 @@ describe("SQLite log store file", () => {
     expect((await hits(second, "persisted")).map((hit) => hit.runId)).toEqual(["r1"])
   })
 
+  it("indexes output that never pauses within about a second, not only once it stops", async () => {
+    const store = await open(tempFile())
+    store.append("busy", "tasks/1/noisy", "stdout", "needle in the stream\n")
+    const started = performance.now()
+    let foundAfterMs: number | undefined
+    // Output every 20 ms, never a 250 ms pause, for up to 8 s; the needle must be found while it goes on.
+    for (let i = 0; performance.now() - started < 8_000 && foundAfterMs === undefined; i++) {
+      store.append("busy", "tasks/1/noisy", "stdout", `line ${i} of hay\n`)
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      if (i % 5 === 0 && (await hits(store, "needle")).length > 0) foundAfterMs = performance.now() - started
+    }
+    expect(foundAfterMs).toBeDefined()
+    expect(foundAfterMs).toBeLessThan(5_000)
+  })
+
   it("is shared by two stores on one file, as two processes would", async () => {
     const path = tempFile()
     const [one, two] = await Promise.all([open(path), open(path)])
