@@ -150,7 +150,7 @@ describe("MCP at POST /mcp", () => {
       pipeline_name: "deploy",
       path: "tasks/1/build",
       stream: "stderr",
-      snippet: expect.stringContaining("**connection** **refused**"),
+      snippet: expect.stringContaining("«connection» «refused»"),
     })
     expect((await ok("search_tasks", { query: "refused", run_id: runId })).items).toHaveLength(1)
     const inPipeline = await ok("search_tasks", { query: "failure", pipeline_id: "deploy" })
@@ -173,7 +173,7 @@ describe("MCP at POST /mcp", () => {
     expect((await ok("search_tasks", { query: "!!! ((( ***" })).items).toEqual([])
     // The secret was stored redacted: neither search nor grep can find it.
     expect((await ok("search_tasks", { query: tokenValue })).items).toEqual([])
-    expect((await ok("search_tasks", { query: "REDACTED" })).items[0].snippet).toContain("token=***REDACTED***")
+    expect((await ok("search_tasks", { query: "REDACTED" })).items[0].snippet).toContain("token=***«REDACTED»***")
     const grep = await ok("get_task_output", { run_id: runId, path: "tasks/1/build", pattern: tokenValue })
     expect(grep.stdout.matches).toEqual([])
     expect((await ok("search_tasks", { query: "refused" })).items.length).toBeGreaterThan(0)

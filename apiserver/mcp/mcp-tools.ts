@@ -145,7 +145,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
 
   tool(
     "search_tasks",
-    "Full-text search over task output (stdout and stderr of every task), best match first. `query` is plain words, all of which must occur (punctuation and search operators are ignored; no wildcards). Give `run_id` to search one run, `pipeline_id` to search the runs of one pipeline (its matching runs by id, status or error message come too, as `runs`), or neither to search everything you may see. Each item names the run, pipeline, task path and stream, with a snippet in which the matched words are **marked**; read the task with get_run_task or get_task_output. Pages with `page` and `per_page`; has_next says whether another page exists.",
+    "Full-text search over task output (stdout and stderr of every task), best match first. `query` is plain words, all of which must occur (punctuation and search operators are ignored; no wildcards). Give `run_id` to search one run, `pipeline_id` to search the runs of one pipeline (its matching runs by id, status or error message come too, as `runs`), or neither to search everything you may see. Each item names the run, pipeline, task path and stream, with a snippet in which the matched words are «marked»; read the task with get_run_task or get_task_output. Pages with `page` and `per_page`; has_next says whether another page exists.",
     {
       query: z.string().max(maxQueryChars).describe("Words to find, for example: connection refused"),
       run_id: runId.optional(),
@@ -184,7 +184,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
                 [run.id, run.status, run.error_message ?? ""].some((field) => field.toLowerCase().includes(words)),
               )
               .slice(0, 20)
-      return { query, page, per_page, has_next: hasMore, items, ...(runs === undefined ? {} : { runs }) }
+      return { page, per_page, has_next: hasMore, items, ...(runs === undefined ? {} : { runs }) }
     },
   )
 
@@ -281,7 +281,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
     async ({ run_id, path, pattern, stream, context, ignore_case, max_matches }) => {
       const { run, task } = await reads.task(run_id, path)
       const streams: OutputStream[] = stream === "both" ? ["stdout", "stderr"] : [stream]
-      const result: Record<string, unknown> = { run_id: nameOf(run), path: task.path, pattern }
+      const result: Record<string, unknown> = { run_id: nameOf(run), path: task.path }
       for (const name of streams) {
         result[name] = await grep(nameOf(run), task.path, name, pattern, {
           context,

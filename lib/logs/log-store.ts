@@ -29,7 +29,7 @@ export interface LogStore {
    * Ranked full-text search over stored output, best match first among the
    * newest 1,000 matching rows (so a common word costs the same in a large
    * store as in a small one; narrow by run or with more words to reach older
-   * output), each hit a row of output with a snippet around the match (matched words between `**`).
+   * output), each hit a row of output with a snippet around the match (matched words between « and »).
    * `query` is plain words: every word must occur, and characters that are
    * query syntax elsewhere (quotes, `*`, `:`, parentheses, AND/OR/NOT) are
    * only separators, so no query is an error; a query with no word finds

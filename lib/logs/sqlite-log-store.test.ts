@@ -116,8 +116,8 @@ for (const kind of ["file", ":memory:"] as const) {
       await store.flush()
       expect(await store.search({ query: "error" })).toEqual({
         hits: [
-          { runId: "r2", path: "tasks/1/test", stream: "stderr", snippet: expect.stringContaining("**error**") },
-          { runId: "r1", path: "tasks/1/build", stream: "stdout", snippet: expect.stringContaining("**error**") },
+          { runId: "r2", path: "tasks/1/test", stream: "stderr", snippet: expect.stringContaining("«error»") },
+          { runId: "r1", path: "tasks/1/build", stream: "stdout", snippet: expect.stringContaining("«error»") },
         ],
         hasMore: false,
       })

@@ -430,7 +430,7 @@ function readStatements(db: DatabaseSync) {
          ${filter === "" ? "" : "JOIN chunks c ON c.id = chunks_fts.rowid"}
          WHERE chunks_fts MATCH $match ${filter} ORDER BY chunks_fts.rowid DESC LIMIT ${rankWindow}),
        top AS (SELECT id, rank FROM recent ORDER BY rank, id DESC LIMIT $limit OFFSET $offset)
-       SELECT c.run_id, c.path, c.stream, snippet(chunks_fts, 0, '**', '**', '…', 24) AS snippet
+       SELECT c.run_id, c.path, c.stream, snippet(chunks_fts, 0, '«', '»', '…', 24) AS snippet
        FROM top JOIN chunks_fts ON chunks_fts.rowid = top.id JOIN chunks c ON c.id = top.id
        WHERE chunks_fts MATCH $match ORDER BY top.rank, top.id DESC`,
     )
