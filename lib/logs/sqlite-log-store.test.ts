@@ -372,5 +372,6 @@ describe("SQLite log store file", () => {
     clearInterval(sampler)
     expect((peak - before) / 2 ** 20).toBeLessThan(64)
     expect(await hits(store, words[17] ?? "", { runIds: ["big"], limit: 1 })).toHaveLength(1)
-  })
+    // What is asserted is memory, not time: ≈30 s alone, far longer on two cores shared with other suites.
+  }, 240_000)
 })
