@@ -11,7 +11,7 @@ import type { AuditLog } from "./audit.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
-import { mcpEndpoint } from "./mcp/mcp-endpoint.ts"
+import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { metaRoutes } from "./routes/meta.ts"
@@ -68,7 +68,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
-  app.use(mcpEndpoint({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
+  app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining
   if (draining !== undefined) app.use(refuseWhileDraining(draining))
   app.use(jsonBody(deps.maxBodyBytes))
@@ -82,6 +82,19 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app
+}
+
+/**
+ * MCP at /mcp, loaded on its first request: the SDK takes about half a second to load on a busy
+ * machine, which no server start should wait for when no assistant may ever call.
+ */
+function lazyMcp(deps: McpEndpointDeps): Middleware {
+  let endpoint: Promise<Middleware> | undefined
+  return async (ctx, next) => {
+    if (ctx.path !== "/mcp") return next()
+    endpoint ??= import("./mcp/mcp-endpoint.ts").then(({ mcpEndpoint }) => mcpEndpoint(deps))
+    return (await endpoint)(ctx, next)
+  }
 }
 
 /** While the server shuts down, stopping runs and reading still work; nothing new starts or is stored. */
