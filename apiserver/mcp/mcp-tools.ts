@@ -145,7 +145,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
 
   tool(
     "search_tasks",
-    "Full-text search over task output (stdout and stderr of every task), best match first. `query` is plain words, all of which must occur (punctuation and search operators are ignored; no wildcards). Give `run_id` to search one run, `pipeline_id` to search the runs of one pipeline (its matching runs by id, status or error message come too, as `runs`), or neither to search everything you may see. Each item names the run, pipeline, task path and stream, with a snippet in which the matched words are «marked»; read the task with get_run_task or get_task_output. Pages with `page` and `per_page`; has_next says whether another page exists.",
+    "Full-text search over task output (stdout and stderr of every task): best match first when at most 1,000 rows of output match, newest first when more do (then narrow with more words, run_id or pipeline_id). `query` is plain words, all of which must occur (punctuation and search operators are ignored; no wildcards). Give `run_id` to search one run, `pipeline_id` to search the runs of one pipeline (its matching runs by id, status or error message come too, as `runs`), or neither to search everything you may see. Each item names the run, pipeline, task path and stream, with a snippet in which the matched words are «marked»; read the task with get_run_task or get_task_output. Pages with `page` and `per_page`; has_next says whether another page exists.",
     {
       query: z.string().max(maxQueryChars).describe("Words to find, for example: connection refused"),
       run_id: runId.optional(),

@@ -26,10 +26,10 @@ export interface LogStore {
    */
   readChunks(runId: string, afterId: number, limit?: number): StoredChunk[]
   /**
-   * Ranked full-text search over stored output, best match first among the
-   * newest 1,000 matching rows (so a common word costs the same in a large
-   * store as in a small one; narrow by run or with more words to reach older
-   * output), each hit a row of output with a snippet around the match (matched words between « and »).
+   * Full-text search over stored output: ranked by BM25 when at most 1,000
+   * rows match, newest first when more do (ranking a word found everywhere
+   * costs time in proportion to the store, and recency is then the better
+   * order), each hit a row of output with a snippet around the match (matched words between « and »).
    * `query` is plain words: every word must occur, and characters that are
    * query syntax elsewhere (quotes, `*`, `:`, parentheses, AND/OR/NOT) are
    * only separators, so no query is an error; a query with no word finds

@@ -134,6 +134,18 @@ for (const kind of ["file", ":memory:"] as const) {
       expect(await hits(store, "nowhere")).toEqual([])
     })
 
+    it("answers a word in more than 1,000 rows newest first, and pages past the first 1,000", async () => {
+      const store = await openStore()
+      for (let n = 0; n < 1_050; n++) store.append(`r${n}`, "tasks/1/log", "stdout", `common word in run ${n}\n`)
+      await store.flush()
+      const first = await store.search({ query: "common", limit: 3 })
+      expect(first.hits.map((hit) => hit.runId)).toEqual(["r1049", "r1048", "r1047"])
+      expect(first.hasMore).toBe(true)
+      const deep = await store.search({ query: "common", limit: 20, offset: 1_040 })
+      expect(deep.hits.map((hit) => hit.runId)).toEqual(Array.from({ length: 10 }, (_, i) => `r${9 - i}`))
+      expect(deep.hasMore).toBe(false)
+    })
+
     it("pages one stream of a task in characters, and gives its total", async () => {
       const store = await openStore()
       const text = Array.from({ length: 5000 }, (_, i) => `line ${i} é✓\n`).join("")
