@@ -1,7 +1,7 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import Koa, { type Middleware } from "koa"
 import type { Feature } from "../lib/config/features.ts"
-import { RunnelError } from "../lib/core/errors.ts"
+import { shuttingDown } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
@@ -101,13 +101,7 @@ function lazyMcp(deps: McpEndpointDeps): Middleware {
 function refuseWhileDraining(draining: () => boolean): Middleware {
   return async (ctx, next) => {
     const newWork = ctx.method === "PUT" || (ctx.method === "POST" && !/^\/api\/runs\/[^/]+\/stop$/.test(ctx.path))
-    if (newWork && draining()) {
-      throw new RunnelError(
-        503,
-        "shutting_down",
-        "the server is shutting down and takes no new work; try again once it is back",
-      )
-    }
+    if (newWork && draining()) throw shuttingDown()
     await next()
   }
 }

@@ -1,7 +1,7 @@
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js"
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js"
 import { z } from "zod"
-import { notFound, RunnelError } from "../../lib/core/errors.ts"
+import { notFound, RunnelError, shuttingDown } from "../../lib/core/errors.ts"
 import type { OutputStream } from "../../lib/core/run.ts"
 import { runStatuses } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
@@ -24,6 +24,8 @@ export type McpToolDeps = NewRunDeps & {
   /** `--mcp-allow-actions`: trigger_pipeline and stop_run exist only then. */
   allowActions: boolean
   audit: AuditLog
+  /** True once the process shuts down: trigger_pipeline then answers 503, as REST does. */
+  draining?: () => boolean
 }
 
 /** Characters of each stream get_run_task returns when no `limit` is given. */
@@ -306,6 +308,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
           .describe("Arguments the pipeline receives as pipelineContext.args."),
       },
       async ({ pipeline, args }) => {
+        if (deps.draining?.() === true) throw shuttingDown()
         const found = await reads.pipeline(pipeline)
         const run = await createRun(deps, nameOf(found), {
           type: args.length > 0 ? "args" : "manual",
