@@ -413,7 +413,12 @@ const nameOf = (object: { metadata?: { name?: string } }) => object.metadata?.na
 function accessReads(deps: McpToolDeps, access: Access) {
   const forbidden = (what: string) =>
     new RunnelError(403, "forbidden", `you may not see ${what}; ask its owner to widen its rbac_expression`)
-  const pipelineIds = () => new Map(deps.index.pipelines.list().map((p) => [nameOf(p), p.metadata?.uid ?? ""]))
+  // Built once per request, on first use: a page of runs needs it for every run.
+  let ids: Map<string, string> | undefined
+  const pipelineIds = () => {
+    ids ??= new Map(deps.index.pipelines.list().map((p) => [nameOf(p), p.metadata?.uid ?? ""]))
+    return ids
+  }
   const mayViewRun = (run: RunObject) => {
     const pipeline = deps.index.pipelines.get(run.spec.pipelineRef.name)
     return pipeline === undefined || access.mayView(pipeline)
