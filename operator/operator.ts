@@ -2,13 +2,14 @@ import type { KubeConfig } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
 import { type Informer, startInformer } from "../lib/kube/informer.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
-import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import type { PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
 import { RunReconciler } from "./run-reconciler.ts"
+import { ScheduleReconciler } from "./schedule-reconciler.ts"
 
 export type OperatorOptions = {
   /** Any Kubernetes API with runnel's CRDs: the embedded one over loopback, or a cluster's. */
@@ -20,6 +21,8 @@ export type OperatorOptions = {
   readonly secrets: RunSecrets
   /** The `webhooks` feature, on unless said otherwise: off, runs get no webhook data or response channel. */
   readonly webhooks?: boolean
+  /** The `schedules` feature, off unless said otherwise: off, Schedules are kept and listed but never fire. */
+  readonly schedules?: boolean
   /** Makes drivers by name; cli/ passes its registry. */
   readonly drivers: DriverSource
   /** `--driver`: for pipelines whose spec names none. */
@@ -58,6 +61,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   const pipelineReconciler = new PipelineReconciler({ client, log })
   let pipelineInformer: Informer<PipelineObject> | undefined
   const pipelines = { get: (name: string) => pipelineInformer?.get(name) }
+  const scheduleReconciler = new ScheduleReconciler({ client, pipelines, firing: options.schedules ?? false, log })
   const runs = new RunReconciler({
     client,
     pipelines,
@@ -83,15 +87,31 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
       changed(pipeline) {
         generations.remember(pipeline)
         pipelineReconciler.changed(pipeline)
+        scheduleReconciler.pipelineChanged(pipeline.metadata?.name ?? "")
       },
       deleted(pipeline) {
         generations.forget(pipeline.metadata?.uid)
+        scheduleReconciler.pipelineChanged(pipeline.metadata?.name ?? "")
       },
     },
     log,
   })
   pipelineReconciler.attach(pipelineInformer)
   let runInformer: Informer<RunObject>
+  let scheduleInformer: Informer<ScheduleObject>
+  try {
+    scheduleInformer = await startInformer<ScheduleObject>({
+      kubeConfig: options.kubeConfig,
+      path: client.path("schedules"),
+      namespace: options.namespace,
+      list: () => client.list("schedules"),
+      handlers: { changed: (s) => scheduleReconciler.changed(s), deleted: (s) => scheduleReconciler.deleted(s) },
+      log,
+    })
+  } catch (error) {
+    await pipelineInformer.stop()
+    throw error
+  }
   try {
     runInformer = await startInformer<RunObject>({
       kubeConfig: options.kubeConfig,
@@ -102,12 +122,14 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
       log,
     })
   } catch (error) {
+    await scheduleInformer.stop()
     await pipelineInformer.stop()
     throw error
   }
   // Leftovers of crashed processes on the default driver go now, even if no run uses that driver again.
   drivers.get(options.defaultDriver, {}).catch(() => {})
   runs.attach(runInformer)
+  scheduleReconciler.attach(scheduleInformer)
   log("operator.started", { namespace: options.namespace, maxInFlight: options.maxInFlight })
 
   let stopped: Promise<void> | undefined
@@ -118,6 +140,8 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
         return stopped
       }
       stopped = (async () => {
+        await scheduleReconciler.stop()
+        await scheduleInformer.stop()
         await runs.drain(graceMs)
         await runInformer.stop()
         await pipelineInformer?.stop()

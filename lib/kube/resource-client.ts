@@ -12,6 +12,7 @@ import {
 import { RunnelError } from "../core/errors.ts"
 import {
   defaultWebhookSecretKey,
+  derivedScheduleLabel,
   type PipelineObject,
   pipelineLabel,
   pipelineOwnerReference,
@@ -109,6 +110,21 @@ export class ResourceClient {
     return this.#objects.createNamespacedCustomObject({ ...this.#where("runs"), body: run })
   }
 
+  /**
+   * Creates a Run whose name says what it is for (a schedule's tick): true
+   * when this call created it, false when it already existed (409), so that
+   * a second operator, a restart or a retried Job never starts a second run.
+   */
+  async createRunOnce(run: RunObject): Promise<boolean> {
+    try {
+      await this.createRun(run)
+      return true
+    } catch (error) {
+      if (error instanceof ApiException && error.code === 409) return false
+      throw error
+    }
+  }
+
   patchRun(name: string, patch: Partial<RunObject>): Promise<RunObject | undefined> {
     return ifGone(this.#objects.patchNamespacedCustomObject({ ...this.#where("runs"), name, body: patch }, merge))
   }
@@ -128,13 +144,36 @@ export class ResourceClient {
     return this.#delete("runs", name, "Background")
   }
 
-  /** The Schedules derived from one Pipeline (label `runnel.dev/pipeline`). */
+  /** The Schedules the operator derived from one Pipeline's YAML (labels `runnel.dev/pipeline` and `runnel.dev/derived-from`). */
   async listSchedules(pipeline: string): Promise<ScheduleObject[]> {
     const list = (await this.#objects.listNamespacedCustomObject({
       ...this.#where("schedules"),
-      labelSelector: `${pipelineLabel}=${pipeline}`,
+      labelSelector: `${pipelineLabel}=${pipeline},${derivedScheduleLabel}=yaml`,
     })) as KubernetesListObject<ScheduleObject>
     return list.items
+  }
+
+  getSchedule(name: string): Promise<ScheduleObject | undefined> {
+    return ifGone(this.#objects.getNamespacedCustomObject({ ...this.#where("schedules"), name }))
+  }
+
+  patchScheduleStatus(
+    name: string,
+    status: NonNullable<ScheduleObject["status"]>,
+  ): Promise<ScheduleObject | undefined> {
+    return ifGone(
+      this.#objects.patchNamespacedCustomObjectStatus({ ...this.#where("schedules"), name, body: { status } }, merge),
+    )
+  }
+
+  /** Sets `spec.enabled`, and the update time the REST view shows. */
+  patchScheduleEnabled(name: string, enabled: boolean, annotations: Record<string, string>) {
+    return ifGone<ScheduleObject>(
+      this.#objects.patchNamespacedCustomObject(
+        { ...this.#where("schedules"), name, body: { metadata: { annotations }, spec: { enabled } } },
+        merge,
+      ),
+    )
   }
 
   createSchedule(schedule: ScheduleObject): Promise<ScheduleObject> {
