@@ -48,7 +48,7 @@ export class ScheduleReconciler {
   readonly #now: () => number
   readonly #pending = new Set<string>()
   /** The tick this process armed each Schedule for, with the generation it read; ahead of a lagging cache. */
-  readonly #armed = new Map<string, { dueMs: number; generation: number; timer: NodeJS.Timeout }>()
+  readonly #armed = new Map<string, { dueMs: number; generation: number; timer: NodeJS.Timeout | undefined }>()
   #informer: Informer<ScheduleObject> | undefined
   #working: Promise<void> | undefined
   #stopped = false
@@ -199,13 +199,23 @@ export class ScheduleReconciler {
   #arm(name: string, dueMs: number, generation: number): void {
     const current = this.#armed.get(name)
     if (current !== undefined) {
-      if (current.dueMs === dueMs && current.generation === generation) return
+      if (current.dueMs === dueMs && current.generation === generation && current.timer !== undefined) return
       clearTimeout(current.timer)
     }
     if (this.#stopped) return
-    const delayMs = Math.min(Math.max(dueMs - this.#now(), 0), longestTimerMs)
-    const timer = setTimeout(() => this.#ask(name), delayMs)
-    this.#armed.set(name, { dueMs, generation, timer })
+    // The timer's clock and Date.now() may differ by a millisecond: a timer that fires just before
+    // the due time finds the tick not yet due, and this arms it again for the rest.
+    const delayMs = Math.min(Math.max(dueMs - this.#now(), 1), longestTimerMs)
+    const entry: { dueMs: number; generation: number; timer: NodeJS.Timeout | undefined } = {
+      dueMs,
+      generation,
+      timer: undefined,
+    }
+    entry.timer = setTimeout(() => {
+      entry.timer = undefined
+      this.#ask(name)
+    }, delayMs)
+    this.#armed.set(name, entry)
   }
 
   #disarm(name: string): void {
