@@ -23,6 +23,8 @@ export type OperatorOptions = {
   readonly webhooks?: boolean
   /** The `schedules` feature, off unless said otherwise: off, Schedules are kept and listed but never fire. */
   readonly schedules?: boolean
+  /** Cronjob mode (`--schedules-mode cronjob`): five-field cron Schedules become CronJobs running this image. */
+  readonly cronJobs?: { readonly image: string; readonly serviceAccount: string }
   /** Makes drivers by name; cli/ passes its registry. */
   readonly drivers: DriverSource
   /** `--driver`: for pipelines whose spec names none. */
@@ -61,7 +63,13 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   const pipelineReconciler = new PipelineReconciler({ client, log })
   let pipelineInformer: Informer<PipelineObject> | undefined
   const pipelines = { get: (name: string) => pipelineInformer?.get(name) }
-  const scheduleReconciler = new ScheduleReconciler({ client, pipelines, firing: options.schedules ?? false, log })
+  const scheduleReconciler = new ScheduleReconciler({
+    client,
+    pipelines,
+    firing: options.schedules ?? false,
+    cronJobs: options.cronJobs === undefined ? undefined : { ...options.cronJobs, namespace: options.namespace },
+    log,
+  })
   const runs = new RunReconciler({
     client,
     pipelines,

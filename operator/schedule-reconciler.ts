@@ -11,6 +11,7 @@ import {
   withCondition,
 } from "../lib/kube/resources.ts"
 import { type ScheduleTimes, scheduleTimes } from "../lib/schedule/schedule-times.ts"
+import { type CronJobSettings, cronJobFor, cronJobName, firedByCronJob } from "./schedule-cronjob.ts"
 
 /** How old the last missed tick may be and still fire after downtime, when the Schedule says nothing. */
 export const defaultStartingDeadlineSeconds = 300
@@ -18,7 +19,10 @@ export const defaultStartingDeadlineSeconds = 300
 /** setTimeout's longest delay; a later tick is reached by arming again. */
 const longestTimerMs = 2 ** 31 - 1
 
-export type ScheduleReconcilerClient = Pick<ResourceClient, "createRunOnce" | "patchScheduleStatus">
+export type ScheduleReconcilerClient = Pick<
+  ResourceClient,
+  "createRunOnce" | "patchScheduleStatus" | "putCronJob" | "deleteCronJob"
+>
 
 /**
  * Fires Schedules with the operator's own timer: one timer per enabled
@@ -39,6 +43,11 @@ export type ScheduleReconcilerClient = Pick<ResourceClient, "createRunOnce" | "p
  *   is a 409 and nothing more. Exactly one Run per tick.
  * - Disabled, paused pipeline or feature off: no timer, `nextRunAt` null, so
  *   re-enabling arms the next tick after now and fires nothing missed meanwhile.
+ * - In cronjob mode a five-field cron Schedule is mirrored by a CronJob
+ *   (schedule-cronjob.ts) that fires it; `suspend` follows the same idle
+ *   reasons, and the timer only moves `lastRunAt` (the scheduled time, as a
+ *   CronJob's lastScheduleTime) and `nextRunAt`. Intervals and seconds fields
+ *   keep the timer in every mode.
  */
 export class ScheduleReconciler {
   readonly #client: ScheduleReconcilerClient
@@ -46,6 +55,7 @@ export class ScheduleReconciler {
   readonly #firing: boolean
   readonly #log: Log
   readonly #now: () => number
+  readonly #cronJobs: CronJobSettings | undefined
   readonly #pending = new Set<string>()
   /** The tick this process armed each Schedule for, with the generation it read; ahead of a lagging cache. */
   readonly #armed = new Map<string, { dueMs: number; generation: number; timer: NodeJS.Timeout | undefined }>()
@@ -58,9 +68,12 @@ export class ScheduleReconciler {
     pipelines: { get(name: string): PipelineObject | undefined }
     /** The `schedules` feature: off, nothing fires and no timer is armed. */
     firing: boolean
+    /** Cronjob mode: what the CronJobs run. Absent, the timer fires every Schedule. */
+    cronJobs?: CronJobSettings
     log: Log
     now?: () => number
   }) {
+    this.#cronJobs = options.cronJobs
     this.#client = options.client
     this.#pipelines = options.pipelines
     this.#firing = options.firing
@@ -135,6 +148,7 @@ export class ScheduleReconciler {
       })
     } catch (error) {
       this.#disarm(name)
+      if (this.#cronJobs !== undefined) await this.#client.deleteCronJob(cronJobName(name))
       await this.#write(
         schedule,
         { nextRunAt: null },
@@ -142,8 +156,21 @@ export class ScheduleReconciler {
       )
       return
     }
+    const mirrored = this.#cronJobs !== undefined && firedByCronJob(schedule)
+    const deadlineSeconds = schedule.spec.startingDeadlineSeconds ?? defaultStartingDeadlineSeconds
+    const mirror = async (suspend: boolean) => {
+      if (this.#cronJobs === undefined) return
+      if (mirrored) {
+        const cronJob = cronJobFor(schedule, this.#cronJobs, { suspend, startingDeadlineSeconds: deadlineSeconds })
+        await this.#client.putCronJob(cronJob)
+      } else if (schedule.status?.observedGeneration !== generation) {
+        // A schedule that a CronJob cannot fire (any more): the timer has it, and no CronJob may fire it too.
+        await this.#client.deleteCronJob(cronJobName(name))
+      }
+    }
     if (pipeline === undefined) {
       this.#disarm(name)
+      await mirror(true)
       const message = `pipeline "${schedule.spec.pipelineRef.name}" does not exist`
       await this.#write(schedule, { nextRunAt: null }, { status: "False", reason: "PipelineNotFound", message })
       return
@@ -157,10 +184,12 @@ export class ScheduleReconciler {
           : undefined
     if (idle !== undefined) {
       this.#disarm(name)
+      await mirror(true)
       await this.#write(schedule, { nextRunAt: null }, { status: "True", ...idle })
       return
     }
 
+    await mirror(false)
     const now = this.#now()
     const armed = this.#armed.get(name)
     const status = schedule.status ?? {}
@@ -173,8 +202,10 @@ export class ScheduleReconciler {
     let lastRunAt = status.lastRunAt ?? null
     if (due <= now) {
       const tick = times.latest(now)
-      const deadlineMs = (schedule.spec.startingDeadlineSeconds ?? defaultStartingDeadlineSeconds) * 1000
-      if (tick !== undefined && tick >= due && now - tick <= deadlineMs) {
+      const deadlineMs = deadlineSeconds * 1000
+      if (mirrored && tick !== undefined) {
+        lastRunAt = iso(tick) // its CronJob fires it; this is the scheduled time, as lastScheduleTime is
+      } else if (tick !== undefined && tick >= due && now - tick <= deadlineMs) {
         const created = await this.#client.createRunOnce(scheduledRun(schedule, pipeline, tick, this.#now()))
         const lateMs = this.#now() - tick
         this.#log(created ? "schedule.fired" : "schedule.already-fired", { schedule: name, dueAt: iso(tick), lateMs })

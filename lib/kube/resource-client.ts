@@ -1,5 +1,6 @@
 import {
   ApiException,
+  BatchV1Api,
   CoreV1Api,
   CustomObjectsApi,
   type KubeConfig,
@@ -7,6 +8,7 @@ import {
   type KubernetesObject,
   PatchStrategy,
   setHeaderOptions,
+  type V1CronJob,
   type V1Secret,
 } from "@kubernetes/client-node"
 import { RunnelError } from "../core/errors.ts"
@@ -44,11 +46,13 @@ export class ResourceClient {
   readonly namespace: string
   readonly #objects: CustomObjectsApi
   readonly #core: CoreV1Api
+  readonly #batch: BatchV1Api
 
   constructor(kubeConfig: KubeConfig, namespace: string) {
     this.namespace = namespace
     this.#objects = kubeConfig.makeApiClient(CustomObjectsApi)
     this.#core = kubeConfig.makeApiClient(CoreV1Api)
+    this.#batch = kubeConfig.makeApiClient(BatchV1Api)
   }
 
   /** `/apis/runnel.dev/v1alpha1/namespaces/NS/PLURAL`, the path informers watch. */
@@ -189,6 +193,28 @@ export class ResourceClient {
   /** `false` when it was already gone. */
   deleteSchedule(name: string): Promise<boolean> {
     return this.#delete("schedules", name)
+  }
+
+  /** Creates the CronJob, or replaces its spec when it differs (a Schedule's mirror in cronjob mode). */
+  async putCronJob(cronJob: V1CronJob): Promise<void> {
+    const name = cronJob.metadata?.name ?? ""
+    const namespace = this.namespace
+    const existing = await ifGone(this.#batch.readNamespacedCronJob({ name, namespace }))
+    if (existing === undefined) {
+      await this.#batch.createNamespacedCronJob({ namespace, body: cronJob })
+      return
+    }
+    const wanted = {
+      ...cronJob,
+      metadata: { ...cronJob.metadata, resourceVersion: existing.metadata?.resourceVersion },
+    }
+    if (JSON.stringify(existing.spec) === JSON.stringify({ ...existing.spec, ...cronJob.spec })) return
+    await this.#batch.replaceNamespacedCronJob({ name, namespace, body: wanted })
+  }
+
+  /** `false` when it was already gone. */
+  async deleteCronJob(name: string): Promise<boolean> {
+    return (await ifGone(this.#batch.deleteNamespacedCronJob({ name, namespace: this.namespace }))) !== undefined
   }
 
   /** Creates or replaces the core Secret that `pipeline.spec.webhookSecretRef` names, owned by the Pipeline. */
