@@ -1,8 +1,9 @@
 import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { runnel, runnelBin } from "./cli.ts"
+import { parse } from "yaml"
+import { root, runnel, runnelBin } from "./cli.ts"
 import { call, eventually, type ServerProcess, script, serverProcesses } from "./server-process.ts"
 
 // Schedules end to end: real `runnel server` processes over HTTP, the embedded API at /k8s, the CLI.
@@ -366,4 +367,37 @@ current-context: embedded
       server.child.kill("SIGTERM")
     }
   }, 90_000)
+})
+
+describe("examples/k8s/schedule-hello.yaml", () => {
+  it("applies as written and shows its next run at 09:00 in Paris on a weekday", async () => {
+    const server = await servers.start(["--allowed-features", "*,schedules"])
+    for (const file of ["pipeline-hello.yaml", "schedule-hello.yaml"]) {
+      const object = parse(readFileSync(join(root, "examples", "k8s", file), "utf8"))
+      const plural = object.kind === "Pipeline" ? "pipelines" : "schedules"
+      const created = await call(
+        server.url,
+        "POST",
+        `/k8s/apis/runnel.dev/v1alpha1/namespaces/default/${plural}`,
+        object,
+      )
+      expect(created.status).toBe(201)
+    }
+    const [schedule] = await eventually(
+      () => schedulesOf(server.url, "hello"),
+      (list) => typeof list[0]?.next_run_at === "string",
+      "the schedule shows its next run",
+    )
+    const next = new Date(schedule?.next_run_at ?? "")
+    const paris = new Intl.DateTimeFormat("en-GB", {
+      timeZone: "Europe/Paris",
+      weekday: "short",
+      hour: "2-digit",
+      minute: "2-digit",
+      hourCycle: "h23",
+    })
+    expect(paris.format(next)).toMatch(/^(Mon|Tue|Wed|Thu|Fri) 09:00$/)
+    expect(schedule).toMatchObject({ name: "hello-weekday-mornings", enabled: true, last_run_at: null })
+    server.child.kill("SIGTERM")
+  }, 30_000)
 })
