@@ -1,6 +1,6 @@
-import type { KubeConfig } from "@kubernetes/client-node"
+import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
-import { type Informer, startInformer } from "../lib/kube/informer.ts"
+import { type Informer, type InformerHandlers, startInformer } from "../lib/kube/informer.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
@@ -105,35 +105,33 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     log,
   })
   pipelineReconciler.attach(pipelineInformer)
-  let runInformer: Informer<RunObject>
-  let scheduleInformer: Informer<ScheduleObject>
-  try {
-    scheduleInformer = await startInformer<ScheduleObject>({
-      kubeConfig: options.kubeConfig,
-      path: client.path("schedules"),
-      namespace: options.namespace,
-      list: () => client.list("schedules"),
-      handlers: { changed: (s) => scheduleReconciler.changed(s), deleted: (s) => scheduleReconciler.deleted(s) },
-      log,
-    })
-  } catch (error) {
-    await pipelineInformer.stop()
-    throw error
+  /** An informer of one more kind; if it cannot start, those already started are stopped. */
+  const started: Informer<unknown>[] = [pipelineInformer]
+  const watch = async <T extends KubernetesObject>(plural: "runs" | "schedules", handlers: InformerHandlers<T>) => {
+    try {
+      const informer = await startInformer<T>({
+        kubeConfig: options.kubeConfig,
+        path: client.path(plural),
+        namespace: options.namespace,
+        list: () => client.list(plural),
+        handlers,
+        log,
+      })
+      started.push(informer)
+      return informer
+    } catch (error) {
+      for (const informer of started.reverse()) await informer.stop()
+      throw error
+    }
   }
-  try {
-    runInformer = await startInformer<RunObject>({
-      kubeConfig: options.kubeConfig,
-      path: client.path("runs"),
-      namespace: options.namespace,
-      list: () => client.list("runs"),
-      handlers: { changed: (run) => runs.changed(run), deleted: (run) => runs.deleted(run) },
-      log,
-    })
-  } catch (error) {
-    await scheduleInformer.stop()
-    await pipelineInformer.stop()
-    throw error
-  }
+  const scheduleInformer = await watch<ScheduleObject>("schedules", {
+    changed: (schedule) => scheduleReconciler.changed(schedule),
+    deleted: (schedule) => scheduleReconciler.deleted(schedule),
+  })
+  const runInformer = await watch<RunObject>("runs", {
+    changed: (run) => runs.changed(run),
+    deleted: (run) => runs.deleted(run),
+  })
   // Leftovers of crashed processes on the default driver go now, even if no run uses that driver again.
   drivers.get(options.defaultDriver, {}).catch(() => {})
   runs.attach(runInformer)

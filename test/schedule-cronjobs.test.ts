@@ -2,7 +2,7 @@ import { writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { runnel } from "./cli.ts"
-import { call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
+import { call, embeddedKubeconfig, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // Cronjob mode (--schedules-mode cronjob) against the embedded API, which stores batch/v1 CronJobs
 // as Kubernetes does but runs none: the CronJobs are checked as objects, and `runnel schedule fire`
@@ -33,16 +33,7 @@ describe("cronjob mode", () => {
       "registry.example/runnel:1.2.3",
     ])
     kubeconfig = join(server.cwd, "kubeconfig")
-    writeFileSync(
-      kubeconfig,
-      `apiVersion: v1
-kind: Config
-clusters: [{name: embedded, cluster: {server: "${server.url}/k8s", insecure-skip-tls-verify: true}}]
-users: [{name: anyone, user: {}}]
-contexts: [{name: embedded, context: {cluster: embedded, user: anyone, namespace: default}}]
-current-context: embedded
-`,
-    )
+    writeFileSync(kubeconfig, embeddedKubeconfig(server.url))
   })
 
   it("mirrors a cron schedule as a CronJob owned by the Schedule that follows enable, pause and deletion", async () => {

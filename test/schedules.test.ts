@@ -4,7 +4,7 @@ import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { parse } from "yaml"
 import { root, runnel, runnelBin } from "./cli.ts"
-import { call, eventually, type ServerProcess, script, serverProcesses } from "./server-process.ts"
+import { call, embeddedKubeconfig, eventually, type ServerProcess, script, serverProcesses } from "./server-process.ts"
 
 // Schedules end to end: real `runnel server` processes over HTTP, the embedded API at /k8s, the CLI.
 // Lateness is measured from what a user sees: the schedule's next_run_at before the tick, against
@@ -308,16 +308,7 @@ describe("exactly once", () => {
     const server = await servers.start(["--allowed-features", "*,schedules"])
     const dir = mkdtempSync(join(servers.dir, "operator-"))
     const kubeconfig = join(dir, "kubeconfig")
-    writeFileSync(
-      kubeconfig,
-      `apiVersion: v1
-kind: Config
-clusters: [{name: embedded, cluster: {server: "${server.url}/k8s", insecure-skip-tls-verify: true}}]
-users: [{name: anyone, user: {}}]
-contexts: [{name: embedded, context: {cluster: embedded, user: anyone, namespace: default}}]
-current-context: embedded
-`,
-    )
+    writeFileSync(kubeconfig, embeddedKubeconfig(server.url))
     const operator: ChildProcess = spawn(
       runnelBin,
       [
