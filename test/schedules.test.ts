@@ -267,42 +267,57 @@ describe("a server without the schedules feature", () => {
 })
 
 describe("exactly once", () => {
-  it("creates one run for a tick when the server is killed (SIGKILL) at its due time and restarted", async () => {
-    const db = join(mkdtempSync(join(servers.dir, "restart-")), "runnel.db")
-    const args = ["--allowed-features", "*,schedules", "--storage-sqlite-path", db]
-    const first = await servers.start(args)
-    // A tick every 20 s: the restart (a few seconds on a loaded machine) ends before the next one.
-    await call(first.url, "PUT", "/api/pipelines/crash", { content: yaml('{cron: "*/20 * * * * *"}') })
-    const [shown] = await eventually(
-      () => schedulesOf(first.url, "crash"),
-      (list) => typeof list[0]?.next_run_at === "string",
-      "the schedule shows its next run",
-    )
-    const dueMs = Date.parse(shown?.next_run_at ?? "")
-    await new Promise((resolve) => setTimeout(resolve, Math.max(0, dueMs - Date.now())))
-    first.child.kill("SIGKILL")
-    const killedLateMs = Date.now() - dueMs
-    await new Promise((resolve) => first.child.once("exit", resolve))
-    const second = await servers.start(args)
-    const runs = await eventually(
-      () => scheduledRuns(second.url, "crash-tick"),
-      (list) => list.some((run) => dueOf(run) === dueMs),
-      "the tick's run exists after the restart",
-    )
-    // The restarted operator has armed the next tick, so it is past deciding about this one.
-    await eventually(
-      () => schedulesOf(second.url, "crash"),
-      (list) => Date.parse(list[0]?.next_run_at ?? "") > dueMs,
-      "the schedule moved on",
-    )
-    const again = await scheduledRuns(second.url, "crash-tick")
-    expect(again.filter((run) => dueOf(run) === dueMs)).toHaveLength(1)
-    expect(runs.filter((run) => dueOf(run) === dueMs)).toHaveLength(1)
-    console.log(
-      `killed ${killedLateMs} ms after the due time; the tick's run was fired ${firedOf(again[0] as KubeRun) - dueMs} ms after it`,
-    )
-    second.child.kill("SIGTERM")
-  }, 90_000)
+  // Killed at the due time, the tick's Run is usually not created yet (the restart must fire it);
+  // killed the moment the Run exists, the status does not say so yet (the restart must not fire it again).
+  it.each([
+    ["at its due time", "due"],
+    ["the moment the tick's Run exists", "created"],
+  ] as const)(
+    "creates one run for a tick when the server is killed (SIGKILL) %s and restarted",
+    async (_, killAt) => {
+      const db = join(mkdtempSync(join(servers.dir, "restart-")), "runnel.db")
+      const args = ["--allowed-features", "*,schedules", "--storage-sqlite-path", db]
+      const first = await servers.start(args)
+      // A tick every 20 s: the restart (a few seconds on a loaded machine) ends before the next one.
+      await call(first.url, "PUT", "/api/pipelines/crash", { content: yaml('{cron: "*/20 * * * * *"}') })
+      const [shown] = await eventually(
+        () => schedulesOf(first.url, "crash"),
+        (list) => typeof list[0]?.next_run_at === "string",
+        "the schedule shows its next run",
+      )
+      const dueMs = Date.parse(shown?.next_run_at ?? "")
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, dueMs - Date.now())))
+      if (killAt === "created") {
+        const deadline = Date.now() + 10_000
+        while (!(await scheduledRuns(first.url, "crash-tick")).some((run) => dueOf(run) === dueMs)) {
+          if (Date.now() > deadline) throw new Error("the tick's run never appeared before the kill")
+        }
+      }
+      first.child.kill("SIGKILL")
+      const killedLateMs = Date.now() - dueMs
+      await new Promise((resolve) => first.child.once("exit", resolve))
+      const second = await servers.start(args)
+      const runs = await eventually(
+        () => scheduledRuns(second.url, "crash-tick"),
+        (list) => list.some((run) => dueOf(run) === dueMs),
+        "the tick's run exists after the restart",
+      )
+      // The restarted operator has armed the next tick, so it is past deciding about this one.
+      await eventually(
+        () => schedulesOf(second.url, "crash"),
+        (list) => Date.parse(list[0]?.next_run_at ?? "") > dueMs,
+        "the schedule moved on",
+      )
+      const again = await scheduledRuns(second.url, "crash-tick")
+      expect(again.filter((run) => dueOf(run) === dueMs)).toHaveLength(1)
+      expect(runs.filter((run) => dueOf(run) === dueMs)).toHaveLength(1)
+      console.log(
+        `killed ${killedLateMs} ms after the due time (${killAt}); the tick's run was fired ${firedOf(again[0] as KubeRun) - dueMs} ms after it`,
+      )
+      second.child.kill("SIGTERM")
+    },
+    90_000,
+  )
 
   it("creates one run per tick with two operators against the same embedded API", async () => {
     const server = await servers.start(["--allowed-features", "*,schedules"])
