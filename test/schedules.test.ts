@@ -215,6 +215,53 @@ describe("a server with the schedules feature", () => {
     const short = await call(server.url, "PUT", "/api/pipelines/bad", { content: yaml("{every: 500ms}") })
     expect(short).toMatchObject({ status: 400, body: { error: expect.stringContaining("must be at least 1s") } })
 
+    // kubectl: the same content is kept, with Ready=False and the message.
+    const k8s = "/k8s/apis/runnel.dev/v1alpha1/namespaces/default"
+    const applied = await call(server.url, "POST", `${k8s}/pipelines`, {
+      apiVersion: "runnel.dev/v1alpha1",
+      kind: "Pipeline",
+      metadata: { name: "bad-applied" },
+      spec: { content: yaml('{cron: "61 * * * *"}', "nightly") },
+    })
+    expect(applied.status).toBe(201)
+    const notReady = await eventually(
+      () => call(server.url, "GET", `${k8s}/pipelines/bad-applied`),
+      ({ body }) => body.status?.conditions?.some((c: { type: string }) => c.type === "Ready"),
+      "the applied pipeline has a Ready condition",
+    )
+    expect(notReady.body.status.conditions).toContainEqual(
+      expect.objectContaining({
+        type: "Ready",
+        status: "False",
+        message: expect.stringContaining("expected range 0-59"),
+      }),
+    )
+    // A Schedule applied with a bad expression says so in its own Ready condition, and never fires.
+    await call(server.url, "PUT", "/api/pipelines/target", { content: script("true") })
+    await call(server.url, "POST", `${k8s}/schedules`, {
+      apiVersion: "runnel.dev/v1alpha1",
+      kind: "Schedule",
+      metadata: { name: "target-bad" },
+      spec: { pipelineRef: { name: "target" }, type: "interval", expression: "500ms" },
+    })
+    const badSchedule = await eventually(
+      () => call(server.url, "GET", `${k8s}/schedules/target-bad`),
+      ({ body }) => body.status?.conditions !== undefined,
+      "the bad schedule has a Ready condition",
+    )
+    // A merge patch's null removes the field: no next run.
+    expect(badSchedule.body.status.nextRunAt).toBeUndefined()
+    expect(badSchedule.body.status).toMatchObject({
+      conditions: [
+        expect.objectContaining({
+          type: "Ready",
+          status: "False",
+          reason: "InvalidExpression",
+          message: 'interval "500ms" is shorter than one second; write 1s or more',
+        }),
+      ],
+    })
+
     await call(server.url, "PUT", "/api/pipelines/toggled", { content: yaml("{every: 1h}") })
     const [schedule] = await eventually(
       () => schedulesOf(server.url, "toggled"),
