@@ -102,6 +102,11 @@ export class ScheduleReconciler {
     }
   }
 
+  /** Resolves when every pending Schedule has had its pass. */
+  async idle(): Promise<void> {
+    while (this.#working !== undefined) await this.#working
+  }
+
   /** Disarms every timer; a pass under way finishes. */
   async stop(): Promise<void> {
     this.#stopped = true
