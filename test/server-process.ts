@@ -106,3 +106,12 @@ export const bareToolCall = (base: string, name: string, args: Record<string, un
     method: "POST",
     body: JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } }),
   })
+
+/** A kubeconfig for the embedded API of the server at `url` (`/k8s`), as kubectl or `runnel operator` reads it. */
+export const embeddedKubeconfig = (url: string) => `apiVersion: v1
+kind: Config
+clusters: [{name: embedded, cluster: {server: "${url}/k8s", insecure-skip-tls-verify: true}}]
+users: [{name: anyone, user: {}}]
+contexts: [{name: embedded, context: {cluster: embedded, user: anyone, namespace: default}}]
+current-context: embedded
+`
