@@ -114,7 +114,13 @@ export function mcpEndpoint(deps: McpEndpointDeps): Middleware {
     response.headers.forEach((value, key) => {
       ctx.set(key, value)
     })
-    ctx.body = response.body === null ? "" : Readable.fromWeb(response.body as import("node:stream/web").ReadableStream)
+    // A JSON answer is complete once handleRequest resolves: sent as one string, not piped through web streams.
+    ctx.body =
+      response.body === null
+        ? ""
+        : sse
+          ? Readable.fromWeb(response.body as import("node:stream/web").ReadableStream)
+          : await response.text()
   }
 }
 
