@@ -61,6 +61,7 @@ export function startConfiguredOperator(
     store,
     secrets: runSecrets(secretStore, settings.features.includes("secrets")),
     webhooks: settings.features.includes("webhooks"),
+    gates: settings.features.includes("gates"),
     drivers: async (name, config) => (await drivers.get(name).load(settings.host)).create(config),
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,

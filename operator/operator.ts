@@ -2,11 +2,12 @@ import type { KubeConfig } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
 import { type Informer, startInformer } from "../lib/kube/informer.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
-import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import type { GateObject, PipelineObject, RunObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
+import { GateKeeper } from "./gate-keeper.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
 import { RunReconciler } from "./run-reconciler.ts"
 
@@ -20,6 +21,8 @@ export type OperatorOptions = {
   readonly secrets: RunSecrets
   /** The `webhooks` feature, on unless said otherwise: off, runs get no webhook data or response channel. */
   readonly webhooks?: boolean
+  /** The `gates` feature, off unless said: off, pipelines' gates fail and no Gate is watched. */
+  readonly gates?: boolean
   /** Makes drivers by name; cli/ passes its registry. */
   readonly drivers: DriverSource
   /** `--driver`: for pipelines whose spec names none. */
@@ -58,6 +61,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   const pipelineReconciler = new PipelineReconciler({ client, log })
   let pipelineInformer: Informer<PipelineObject> | undefined
   const pipelines = { get: (name: string) => pipelineInformer?.get(name) }
+  const gateKeeper = options.gates === true ? new GateKeeper({ client, log }) : undefined
   const runs = new RunReconciler({
     client,
     pipelines,
@@ -65,6 +69,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     store: options.store,
     secrets: options.secrets,
     webhooks: options.webhooks ?? true,
+    ...(gateKeeper === undefined ? {} : { gates: gateKeeper }),
     drivers,
     defaultDriver: options.defaultDriver,
     limits: options.limits,
@@ -92,7 +97,20 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   })
   pipelineReconciler.attach(pipelineInformer)
   let runInformer: Informer<RunObject>
+  let gateInformer: Informer<GateObject> | undefined
   try {
+    // Gates first: a resumed run finds its gate in the cache.
+    if (gateKeeper !== undefined) {
+      gateInformer = await startInformer<GateObject>({
+        kubeConfig: options.kubeConfig,
+        path: client.path("gates"),
+        namespace: options.namespace,
+        list: () => client.list("gates"),
+        handlers: { changed: (gate) => gateKeeper.changed(gate), deleted: (gate) => gateKeeper.deleted(gate) },
+        log,
+      })
+      gateKeeper.attach(gateInformer)
+    }
     runInformer = await startInformer<RunObject>({
       kubeConfig: options.kubeConfig,
       path: client.path("runs"),
@@ -102,6 +120,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
       log,
     })
   } catch (error) {
+    await gateInformer?.stop()
     await pipelineInformer.stop()
     throw error
   }
@@ -120,6 +139,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
       stopped = (async () => {
         await runs.drain(graceMs)
         await runInformer.stop()
+        await gateInformer?.stop()
         await pipelineInformer?.stop()
         await pipelineReconciler.idle()
         await drivers.close()
