@@ -12,6 +12,7 @@ import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
+import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
@@ -27,7 +28,8 @@ export type ApiServerDeps = {
     PipelineSecretRoutesDeps["resources"] &
     RunRoutesDeps["resources"] &
     EventRoutesDeps["resources"] &
-    WebhookRoutesDeps["resources"]
+    WebhookRoutesDeps["resources"] &
+    GateRoutesDeps["resources"]
   /** The same resources as the watch keeps them, with this server's writes applied at once. */
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
@@ -70,6 +72,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     runRoutes(deps),
     eventRoutes(deps),
     webhookRoutes(deps),
+    gateRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())

@@ -5,6 +5,8 @@ export type AuditEvent =
   | "pipeline.paused"
   | "pipeline.unpaused"
   | "pipeline.rbac.update"
+  | "gate.approved"
+  | "gate.rejected"
 
 /**
  * One audit entry: who changed which pipeline. `actor` is `<provider>:<user>`,
@@ -17,6 +19,10 @@ export type AuditEntry = {
   readonly actor: string
   readonly old?: string | null
   readonly new?: string | null
+  /** `gate.*`: the gate's id, its run and the approver's comment. */
+  readonly gate?: string
+  readonly run?: string
+  readonly comment?: string
 }
 
 /** Where audit entries go; `runnel server` writes each as one JSON line on stdout (docs/decisions.md). */

@@ -178,7 +178,10 @@ export class ResourceClient {
   decideGate(gate: GateObject, decision: NonNullable<GateObject["spec"]["decision"]>): Promise<GateObject | undefined> {
     const body = { metadata: { resourceVersion: gate.metadata?.resourceVersion }, spec: { decision } }
     return ifGone(
-      this.#objects.patchNamespacedCustomObject({ ...this.#where("gates"), name: gate.metadata?.name ?? "", body }, merge),
+      this.#objects.patchNamespacedCustomObject(
+        { ...this.#where("gates"), name: gate.metadata?.name ?? "", body },
+        merge,
+      ),
     )
   }
 

@@ -98,11 +98,7 @@ export function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortSignal)
         gate: async (requestJson: string) => {
           if (deps.gates === undefined) throw new GateClosed("rejected", gatesDisabledMessage)
           const request = JSON.parse(requestJson) as GateRequest
-          const approval = await deps.gates.wait(
-            request,
-            (line) => context.console("stdout", `${line}\n`),
-            runSignal,
-          )
+          const approval = await deps.gates.wait(request, (line) => context.console("stdout", `${line}\n`), runSignal)
           const said = approval.comment === "" ? "" : `: ${approval.comment}`
           context.console("stdout", `gate "${request.name}" approved by ${approval.by}${said}\n`)
           return { id: approval.id, approvedBy: approval.by, comment: approval.comment }

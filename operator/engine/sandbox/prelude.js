@@ -232,7 +232,9 @@
   function gateRequest(options) {
     const where = "pipeline.gate"
     if (options === null || typeof options !== "object" || Array.isArray(options)) {
-      throw new TypeError(`${where}: expected an object such as { name: "deploy", timeout: "1h" }, got ${show(options)}`)
+      throw new TypeError(
+        `${where}: expected an object such as { name: "deploy", timeout: "1h" }, got ${show(options)}`,
+      )
     }
     const { name, message, timeout, approvers } = options
     if (typeof name !== "string" || name.trim() === "" || name.length > 253) {
@@ -242,18 +244,26 @@
       throw new TypeError(`${where}: message must be a string, got ${show(message)}`)
     }
     if (approvers !== undefined && (typeof approvers !== "string" || approvers.trim() === "")) {
-      throw new TypeError(`${where}: approvers must be a CEL expression string such as 'user.username == "alice"', got ${show(approvers)}`)
+      throw new TypeError(
+        `${where}: approvers must be a CEL expression string such as 'user.username == "alice"', got ${show(approvers)}`,
+      )
     }
     let timeoutMs
     if (typeof timeout === "number") {
       if (!Number.isFinite(timeout) || timeout <= 0) {
-        throw new RangeError(`${where}: timeout must be a positive number of seconds or a duration such as "30m", got ${show(timeout)}`)
+        throw new RangeError(
+          `${where}: timeout must be a positive number of seconds or a duration such as "30m", got ${show(timeout)}`,
+        )
       }
       timeoutMs = Math.round(timeout * 1000)
     } else if (typeof timeout === "string") {
-      const parts = /^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$/.test(timeout) ? timeout.match(/\d+(?:\.\d+)?(?:ms|s|m|h)/g) : null
+      const parts = /^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$/.test(timeout)
+        ? timeout.match(/\d+(?:\.\d+)?(?:ms|s|m|h)/g)
+        : null
       if (parts === null) {
-        throw new RangeError(`${where}: timeout must be a duration such as "30s", "1h" or "1m30s", or a number of seconds, got ${show(timeout)}`)
+        throw new RangeError(
+          `${where}: timeout must be a duration such as "30s", "1h" or "1m30s", or a number of seconds, got ${show(timeout)}`,
+        )
       }
       timeoutMs = 0
       for (const part of parts) {
@@ -263,7 +273,9 @@
       timeoutMs = Math.round(timeoutMs)
       if (timeoutMs <= 0) throw new RangeError(`${where}: timeout must be longer than 0, got ${show(timeout)}`)
     } else if (timeout !== undefined) {
-      throw new TypeError(`${where}: timeout must be a duration such as "30s" or a number of seconds, got ${show(timeout)}`)
+      throw new TypeError(
+        `${where}: timeout must be a duration such as "30s" or a number of seconds, got ${show(timeout)}`,
+      )
     }
     return {
       name,

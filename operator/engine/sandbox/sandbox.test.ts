@@ -47,9 +47,18 @@ describe("the script sandbox", () => {
   })
 
   it.each([
-    ["export const pipeline", "export const pipeline = async () => { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }"],
-    ["export { pipeline }", "async function pipeline() { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }\nexport { pipeline }"],
-    ["export default", "export default async function () { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }"],
+    [
+      "export const pipeline",
+      "export const pipeline = async () => { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }",
+    ],
+    [
+      "export { pipeline }",
+      "async function pipeline() { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }\nexport { pipeline }",
+    ],
+    [
+      "export default",
+      "export default async function () { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }",
+    ],
   ])("gives pipeline.gate() to a script written with %s", async (_, source) => {
     const { error, printed } = await run(source)
     expect(error).toBeUndefined()

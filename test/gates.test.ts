@@ -1,0 +1,206 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { type Answer, call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
+
+// Approval gates (issue 15) through a real `runnel server` in its own process, the native driver,
+// over HTTP as a person would use them: a script waits, a person approves, rejects, or lets it expire.
+const servers = serverProcesses("runnel-gates-test-")
+afterAll(() => servers.cleanUp())
+
+const gatesOn = ["--allowed-features", "*,gates"]
+const finalStatuses = ["success", "failure", "error", "aborted"]
+
+const task = (name: string, shell: string) =>
+  `await runtime.run({ name: ${JSON.stringify(name)}, image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] } })`
+
+/** A script that runs a task, waits on gate `deploy`, then runs another task; `gate` is the gate call's options. */
+const gated = (gate: string) => `export const pipeline = async () => {
+  ${task("build", "echo built")}
+  const approval = await pipeline.gate(${gate})
+  console.log("continuing after", approval.approvedBy, approval.comment)
+  ${task("deploy", "echo deployed")}
+}
+`
+
+function apiOf(server: ServerProcess) {
+  return (method: string, path: string, body?: unknown, raw?: string) => call(server.url, method, path, body, raw)
+}
+
+type Api = ReturnType<typeof apiOf>
+
+async function trigger(api: Api, pipeline: string, content: string): Promise<string> {
+  const stored = await api("PUT", `/api/pipelines/${pipeline}`, { content })
+  expect([200, 201]).toContain(stored.status)
+  const started = await api("POST", `/api/pipelines/${pipeline}/trigger`)
+  expect(started.status).toBe(202)
+  return started.body.run_id
+}
+
+/** The run's gates once it has `count` of them, the last one `status`. */
+async function gatesOf(api: Api, runId: string, count = 1, status = "pending") {
+  const answer = await eventually(
+    () => api("GET", `/api/runs/${runId}/gates`),
+    (got: Answer) => got.status === 200 && got.body.length === count && got.body[count - 1].status === status,
+    `run ${runId} has ${count} gate(s), the last ${status}`,
+  )
+  return answer.body
+}
+
+const finished = (api: Api, runId: string, timeoutMs = 30_000) =>
+  eventually(
+    () => api("GET", `/api/runs/${runId}`),
+    (got: Answer) => finalStatuses.includes(got.body.status),
+    `run ${runId} finishes`,
+    timeoutMs,
+  ).then((answer) => answer.body)
+
+const tasksOf = async (api: Api, runId: string) =>
+  (await api("GET", `/api/runs/${runId}/tasks`)).body as { path: string; status: string; stdout: string }[]
+
+describe("approval gates of a script", () => {
+  let server: ServerProcess
+  let api: Api
+  beforeAll(async () => {
+    server = await servers.start(gatesOn)
+    api = apiOf(server)
+  }, 30_000)
+  afterAll(() => server.child.kill("SIGTERM"))
+
+  it("waits on a gate listed pending with every field, and an approval lets the run succeed", async () => {
+    const started = Date.now()
+    const runId = await trigger(api, "approve-me", gated(`{ name: "deploy", message: "ship it?", timeout: "10m" }`))
+    const [gate] = await gatesOf(api, runId)
+    expect(gate).toEqual({
+      id: `${runId}-gate-1`,
+      run_id: runId,
+      name: "deploy",
+      status: "pending",
+      message: "ship it?",
+      created_at: expect.any(String),
+      resolved_at: null,
+      resolved_by: null,
+      comment: "",
+      timeout: "10m0s",
+    })
+    expect(Date.parse(gate.created_at)).toBeGreaterThanOrEqual(started - 1000)
+    // The run shows what it waits on: its console says how to approve, its status names the gate.
+    const waiting = await api("GET", `/api/runs/${runId}`)
+    expect(waiting.body.status).toBe("running")
+    const console = (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console")
+    expect(console?.stdout).toContain(`waiting for approval of gate "deploy" (id ${gate.id}, expires in 10m0s)`)
+    expect(console?.stdout).toContain(`POST /api/gates/${gate.id}/approve`)
+    expect(console?.stdout).toContain(`runnel gate approve ${gate.id}`)
+    expect((await tasksOf(api, runId)).map((t) => t.path)).not.toContain("tasks/2/deploy")
+
+    const approved = await api("POST", `/api/gates/${gate.id}/approve`, { comment: "looks good" })
+    expect(approved.status).toBe(200)
+    expect(approved.body).toMatchObject({
+      id: gate.id,
+      status: "approved",
+      resolved_by: "anonymous",
+      comment: "looks good",
+    })
+    expect(Date.parse(approved.body.resolved_at)).toBeGreaterThanOrEqual(Date.parse(gate.created_at))
+
+    const run = await finished(api, runId)
+    expect(run.status).toBe("success")
+    const tasks = await tasksOf(api, runId)
+    expect(tasks.find((t) => t.path === "tasks/2/deploy")?.stdout).toBe("deployed\n")
+    expect(tasks.find((t) => t.path === "pipeline/console")?.stdout).toContain("continuing after anonymous looks good")
+    const [after] = (await api("GET", `/api/runs/${runId}/gates`)).body
+    expect(after).toMatchObject({ status: "approved", resolved_by: "anonymous", comment: "looks good" })
+
+    // Twice: 409 with its state; an unknown gate: 404.
+    const again = await api("POST", `/api/gates/${gate.id}/approve`)
+    expect(again.status).toBe(409)
+    expect(again.body.error).toBe(`gate "${gate.id}" is already approved by anonymous`)
+    expect((await api("POST", `/api/gates/${gate.id}/reject`)).status).toBe(409)
+    const unknown = await api("POST", "/api/gates/no-such-gate/approve")
+    expect(unknown.status).toBe(404)
+    expect(unknown.body.error).toBe('gate "no-such-gate" not found')
+  }, 60_000)
+
+  it("fails the run when the gate is rejected, naming the gate and who rejected it", async () => {
+    const runId = await trigger(api, "reject-me", gated(`{ name: "prod" }`))
+    const [gate] = await gatesOf(api, runId)
+    expect(gate.timeout).toBeNull()
+    const bad = await api("POST", `/api/gates/${gate.id}/reject`, { comment: 5 })
+    expect(bad.status).toBe(400)
+    expect(bad.body.error).toBe('"comment" must be a string, not number')
+    const rejected = await api("POST", `/api/gates/${gate.id}/reject`, { comment: "not today" })
+    expect(rejected.status).toBe(200)
+    expect(rejected.body).toMatchObject({ status: "rejected", resolved_by: "anonymous", comment: "not today" })
+    const run = await finished(api, runId)
+    expect(run.status).toBe("failure")
+    expect(run.error_message).toContain(`gate "prod" (${gate.id}) was rejected by anonymous: not today`)
+    expect((await tasksOf(api, runId)).map((t) => t.path)).not.toContain("tasks/2/deploy")
+  }, 60_000)
+
+  it("expires a gate after its timeout, counted from its creation, and the script may catch it", async () => {
+    const runId = await trigger(
+      api,
+      "expire-me",
+      `export const pipeline = async () => {
+  try {
+    await pipeline.gate({ name: "soon", timeout: "2s" })
+  } catch (error) {
+    console.log("caught:", error.message)
+    throw error
+  }
+}
+`,
+    )
+    const [gate] = await gatesOf(api, runId)
+    const [expired] = await gatesOf(api, runId, 1, "expired")
+    const waitedMs = Date.parse(expired.resolved_at) - Date.parse(gate.created_at)
+    expect(waitedMs).toBeGreaterThanOrEqual(2000)
+    expect(waitedMs).toBeLessThan(6000)
+    expect(expired.resolved_by).toBeNull()
+    const run = await finished(api, runId)
+    expect(run.status).toBe("failure")
+    expect(run.error_message).toContain(`gate "soon" (${gate.id}) expired: nobody approved it within 2s`)
+    const console = (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console")
+    expect(console?.stdout).toContain(`caught: gate "soon" (${gate.id}) expired`)
+    const late = await api("POST", `/api/gates/${gate.id}/approve`)
+    expect(late.status).toBe(409)
+    expect(late.body.error).toBe(`gate "${gate.id}" is already expired`)
+  }, 60_000)
+
+  it("names the field of a bad gate call in the run's error", async () => {
+    const noName = await trigger(api, "no-name", "export const pipeline = async () => { await pipeline.gate({}) }\n")
+    const negative = await trigger(
+      api,
+      "negative",
+      'export default async function () { await pipeline.gate({ name: "x", timeout: -5 }) }\n',
+    )
+    expect((await finished(api, noName)).error_message).toContain("pipeline.gate: name must be a non-empty string")
+    expect((await finished(api, negative)).error_message).toContain(
+      "pipeline.gate: timeout must be a positive number of seconds",
+    )
+  }, 60_000)
+})
+
+describe("the gates feature off", () => {
+  it("fails pipeline.gate() and answers 403 on every gate path", async () => {
+    const server = await servers.start()
+    const api = apiOf(server)
+    try {
+      const runId = await trigger(api, "no-gates", gated(`{ name: "deploy" }`))
+      const run = await finished(api, runId)
+      expect(run.status).toBe("failure")
+      expect(run.error_message).toContain("gates feature is not enabled")
+      for (const [method, path] of [
+        ["GET", `/api/runs/${runId}/gates`],
+        ["GET", "/api/gates"],
+        ["GET", "/api/gates/x"],
+        ["POST", "/api/gates/x/approve"],
+        ["POST", "/api/gates/x/reject"],
+      ] as const) {
+        const answer = await api(method, path)
+        expect(answer.status, `${method} ${path}`).toBe(403)
+        expect(answer.body.error).toContain('the "gates" feature is not enabled')
+      }
+    } finally {
+      server.child.kill("SIGTERM")
+    }
+  }, 60_000)
+})
