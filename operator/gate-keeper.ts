@@ -19,7 +19,7 @@ import {
 import { type GateApproval, GateClosed, type GateRequest, type RunGates } from "./engine/gates.ts"
 
 export type GateKeeperOptions = {
-  readonly client: Pick<ResourceClient, "getGate" | "createGate" | "resolveGate">
+  readonly client: Pick<ResourceClient, "getGate" | "createGate" | "patchGateStatus">
   readonly log: Log
 }
 
@@ -121,14 +121,21 @@ export class GateKeeper {
         ...(request.timeoutMs === undefined ? {} : { timeout: formatDuration(request.timeoutMs) }),
         ...(request.approvers === undefined ? {} : { approvers: request.approvers }),
       },
-      status: { phase: "pending", resolvedAt: null, resolvedBy: "" },
     })
+    // A create does not write the status subresource: `pending` is written on its own, so kubectl shows it.
+    // A decision that landed first wins (409): the wait reads the gate again.
+    const pending = await client
+      .patchGateStatus(created, { phase: "pending", resolvedAt: null, resolvedBy: "" })
+      .catch((error: unknown) => {
+        if (error instanceof ApiException && error.code === 409) return undefined
+        throw error
+      })
     const timeout = request.timeoutMs === undefined ? "" : `, expires in ${formatDuration(request.timeoutMs)}`
     notice(
       `waiting for approval of gate "${request.name}" (id ${id}${timeout}): approve with POST /api/gates/${id}/approve or \`runnel gate approve ${id}\`, reject with /reject or \`runnel gate reject ${id}\``,
     )
     this.#options.log("gate.created", { run: runName, gate: id, name: request.name })
-    return created
+    return pending ?? created
   }
 
   /** Waits until `gate` is final: approved resolves, rejected or expired throws GateClosed. */
@@ -179,7 +186,7 @@ export class GateKeeper {
   /** Writes a final status; losing to another write (409) is fine: the gate is final or is read again. */
   async #resolve(gate: GateObject, status: NonNullable<GateObject["status"]>): Promise<void> {
     try {
-      await this.#options.client.resolveGate(gate, status)
+      await this.#options.client.patchGateStatus(gate, status)
       this.#options.log("gate.resolved", { gate: gate.metadata?.name, phase: status.phase, by: status.resolvedBy })
     } catch (error) {
       if (error instanceof ApiException && error.code === 409) return

@@ -1,3 +1,6 @@
+import { execFile } from "node:child_process"
+import { readFileSync } from "node:fs"
+import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { type Answer, call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
 
@@ -203,4 +206,121 @@ describe("the gates feature off", () => {
       server.child.kill("SIGTERM")
     }
   }, 60_000)
+})
+
+describe("a run waiting on a gate", () => {
+  it("holds no --max-in-flight slot: with one slot, a second run starts and finishes meanwhile", async () => {
+    const server = await servers.start([...gatesOn, "--max-in-flight", "1"])
+    const api = apiOf(server)
+    try {
+      const waiting = await trigger(api, "release", gated(`{ name: "weekend" }`))
+      const [gate] = await gatesOf(api, waiting)
+      // Its status names the gate it waits on (what `kubectl get run -o yaml` shows).
+      const run = await eventually(
+        () => call(server.url, "GET", `/k8s/apis/runnel.dev/v1alpha1/namespaces/default/runs/${waiting}`),
+        (got: Answer) =>
+          (got.body.status?.conditions ?? []).some(
+            (c: { type: string; status: string }) => c.type === "WaitingForApproval" && c.status === "True",
+          ),
+        "the Run's status names the pending gate",
+      )
+      const condition = run.body.status.conditions.find((c: { type: string }) => c.type === "WaitingForApproval")
+      expect(condition.message).toContain(`gate "weekend" (${gate.id})`)
+
+      const other = await trigger(api, "quick", `export const pipeline = async () => { ${task("t", "echo quick")} }\n`)
+      expect((await finished(api, other)).status).toBe("success")
+      expect((await api("GET", `/api/runs/${waiting}`)).body.status).toBe("running")
+
+      expect((await api("POST", `/api/gates/${gate.id}/approve`)).status).toBe(200)
+      expect((await finished(api, waiting)).status).toBe("success")
+    } finally {
+      server.child.kill("SIGTERM")
+    }
+  }, 90_000)
+
+  it("survives SIGKILL: after a restart it still waits on the same gate, and finishes without rerunning its tasks", async () => {
+    const counter = join(servers.dir, "build-count")
+    const first = await servers.start(gatesOn)
+    const keep = [
+      "--storage-sqlite-path",
+      join(first.cwd, "runnel.db"),
+      "--secrets-sqlite-path",
+      join(first.cwd, "test.db"),
+    ]
+    const before = apiOf(first)
+    const runId = await trigger(
+      before,
+      "durable",
+      `export const pipeline = async () => {
+  ${task("build", `echo built >> ${counter}; echo built`)}
+  const approval = await pipeline.gate({ name: "deploy", timeout: "1h" })
+  console.log("approved by", approval.approvedBy)
+  ${task("deploy", "echo deployed")}
+}
+`,
+    )
+    const [gate] = await gatesOf(before, runId)
+    first.child.kill("SIGKILL")
+    await new Promise((resolve) => first.child.once("exit", resolve))
+
+    const second = await servers.start([...gatesOn, ...keep])
+    const after = apiOf(second)
+    try {
+      expect((await after("GET", `/api/runs/${runId}`)).body.status).toBe("running")
+      const [still] = await gatesOf(after, runId)
+      expect(still).toMatchObject({ id: gate.id, status: "pending", created_at: gate.created_at })
+      expect((await after("POST", `/api/gates/${gate.id}/approve`, { comment: "after restart" })).status).toBe(200)
+      const run = await finished(after, runId)
+      expect(run.status).toBe("success")
+      expect(readFileSync(counter, "utf8")).toBe("built\n")
+      const tasks = await tasksOf(after, runId)
+      expect(tasks.filter((t) => t.path.startsWith("tasks/")).map((t) => [t.path, t.status])).toEqual([
+        ["tasks/1/build", "success"],
+        ["tasks/2/deploy", "success"],
+      ])
+      const console = tasks.find((t) => t.path === "pipeline/console")?.stdout ?? ""
+      expect(console.split("waiting for approval of gate").length).toBe(2)
+      expect(console).toContain("approved by anonymous")
+    } finally {
+      second.child.kill("SIGTERM")
+    }
+  }, 90_000)
+
+  it("is approved with kubectl patch on spec.decision, which the operator copies into the status", async () => {
+    const server = await servers.start(gatesOn)
+    const api = apiOf(server)
+    const kubectl = (...args: string[]) =>
+      new Promise<string>((resolve, reject) =>
+        execFile(
+          "kubectl",
+          ["--server", `${server.url}/k8s`, "--cache-dir", join(servers.dir, "kube-cache"), ...args],
+          { env: { ...process.env, KUBECONFIG: join(servers.dir, "no-kubeconfig") }, timeout: 20_000 },
+          (error, stdout, stderr) => (error === null ? resolve(stdout) : reject(new Error(stderr))),
+        ),
+      )
+    try {
+      const runId = await trigger(api, "kubectl-approved", gated(`{ name: "deploy" }`))
+      const [gate] = await gatesOf(api, runId)
+      expect(await kubectl("get", "gates")).toMatch(new RegExp(`${gate.id}\\s+${runId}\\s+deploy\\s+pending`))
+      await kubectl(
+        "patch",
+        "gate",
+        gate.id,
+        "--type",
+        "merge",
+        "-p",
+        '{"spec":{"decision":{"phase":"approved","by":"alice","comment":"from kubectl"}}}',
+      )
+      expect((await finished(api, runId)).status).toBe("success")
+      const [approved] = (await api("GET", `/api/runs/${runId}/gates`)).body
+      expect(approved).toMatchObject({ status: "approved", resolved_by: "alice", comment: "from kubectl" })
+      // A decision is final: a second patch is refused by the resource's schema, and REST answers 409.
+      await expect(
+        kubectl("patch", "gate", gate.id, "--type", "merge", "-p", '{"spec":{"decision":{"phase":"rejected"}}}'),
+      ).rejects.toThrow(/spec.decision is final once made/)
+      expect((await api("POST", `/api/gates/${gate.id}/reject`)).status).toBe(409)
+    } finally {
+      server.child.kill("SIGTERM")
+    }
+  }, 90_000)
 })

@@ -185,8 +185,8 @@ export class ResourceClient {
     )
   }
 
-  /** The operator's write of a gate's outcome, guarded like decideGate: two outcomes never both land. */
-  resolveGate(gate: GateObject, status: NonNullable<GateObject["status"]>): Promise<GateObject | undefined> {
+  /** The operator's write of a gate's status, guarded like decideGate: two outcomes never both land. */
+  patchGateStatus(gate: GateObject, status: NonNullable<GateObject["status"]>): Promise<GateObject | undefined> {
     const body = { metadata: { resourceVersion: gate.metadata?.resourceVersion }, status }
     return ifGone(
       this.#objects.patchNamespacedCustomObjectStatus(
