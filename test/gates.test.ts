@@ -264,16 +264,16 @@ describe("a run waiting on a gate", () => {
     await new Promise((resolve) => first.child.once("exit", resolve))
 
     const second = await servers.start([...gatesOn, ...keep])
-    const after = apiOf(second)
+    const restarted = apiOf(second)
     try {
-      expect((await after("GET", `/api/runs/${runId}`)).body.status).toBe("running")
-      const [still] = await gatesOf(after, runId)
+      expect((await restarted("GET", `/api/runs/${runId}`)).body.status).toBe("running")
+      const [still] = await gatesOf(restarted, runId)
       expect(still).toMatchObject({ id: gate.id, status: "pending", created_at: gate.created_at })
-      expect((await after("POST", `/api/gates/${gate.id}/approve`, { comment: "after restart" })).status).toBe(200)
-      const run = await finished(after, runId)
+      expect((await restarted("POST", `/api/gates/${gate.id}/approve`, { comment: "after restart" })).status).toBe(200)
+      const run = await finished(restarted, runId)
       expect(run.status).toBe("success")
       expect(readFileSync(counter, "utf8")).toBe("built\n")
-      const tasks = await tasksOf(after, runId)
+      const tasks = await tasksOf(restarted, runId)
       expect(tasks.filter((t) => t.path.startsWith("tasks/")).map((t) => [t.path, t.status])).toEqual([
         ["tasks/1/build", "success"],
         ["tasks/2/deploy", "success"],
