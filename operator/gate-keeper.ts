@@ -1,4 +1,5 @@
 import { ApiException } from "@kubernetes/client-node"
+import { compileExpression } from "../lib/cel/expression.ts"
 import { formatDuration, parseDuration } from "../lib/core/duration.ts"
 import { errorMessage, SystemError } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
@@ -79,6 +80,8 @@ export class GateKeeper {
     let pending = 0
     return {
       wait: async (request, notice, signal) => {
+        // A gate nobody could ever approve is refused when asked for, where the pipeline sees why.
+        if (request.approvers !== undefined) compileExpression("rbac", request.approvers)
         const id = gateId(run.metadata?.name ?? "", ++count)
         const gate = await this.#open(run, id, request, notice)
         pending++

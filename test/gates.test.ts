@@ -56,6 +56,26 @@ const finished = (api: Api, runId: string, timeoutMs = 30_000) =>
     timeoutMs,
   ).then((answer) => answer.body)
 
+/** A YAML job: build, the gate `prod` (with `gate` added to it) and its on_failure rollback, then deploy. */
+const yamlGated = (gate: string) => {
+  const config = (shell: string) =>
+    `{platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: sh, args: ["-c", ${JSON.stringify(shell)}]}}`
+  return `jobs:
+- name: release
+  plan:
+  - task: build
+    config: ${config("echo built")}
+  - gate: prod
+    message: deploy to production?
+${gate}
+    on_failure:
+      task: rollback
+      config: ${config("echo rolled back")}
+  - task: deploy
+    config: ${config("echo deployed")}
+`
+}
+
 const tasksOf = async (api: Api, runId: string) =>
   (await api("GET", `/api/runs/${runId}/tasks`)).body as { path: string; status: string; stdout: string }[]
 
@@ -182,6 +202,59 @@ describe("approval gates of a script", () => {
   }, 60_000)
 })
 
+describe("gate steps of a YAML pipeline", () => {
+  let server: ServerProcess
+  let api: Api
+  beforeAll(async () => {
+    server = await servers.start(gatesOn)
+    api = apiOf(server)
+  }, 30_000)
+  afterAll(() => server.child.kill("SIGTERM"))
+
+  const paths = async (runId: string) =>
+    (await tasksOf(api, runId)).filter((t) => t.path.startsWith("jobs/")).map((t) => [t.path, t.status])
+
+  it("continues the job once approved", async () => {
+    const runId = await trigger(api, "yaml-approved", yamlGated("    timeout: 10m"))
+    const [gate] = await gatesOf(api, runId)
+    expect(gate).toMatchObject({ id: `${runId}-gate-1`, name: "prod", message: "deploy to production?" })
+    expect(gate.timeout).toMatch(/^(9m59\.\d+s|10m0s)$/)
+    expect((await api("POST", `/api/gates/${gate.id}/approve`, { comment: "go" })).status).toBe(200)
+    expect((await finished(api, runId)).status).toBe("success")
+    expect(await paths(runId)).toEqual([
+      ["jobs/release/1/task/build", "success"],
+      ["jobs/release/2/task/deploy", "success"],
+    ])
+    const console = (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console")?.stdout
+    expect(console).toContain('gate "prod" approved by anonymous: go')
+  }, 60_000)
+
+  it("fails the step when rejected, and its on_failure hook runs", async () => {
+    const runId = await trigger(api, "yaml-rejected", yamlGated(""))
+    const [gate] = await gatesOf(api, runId)
+    expect((await api("POST", `/api/gates/${gate.id}/reject`, { comment: "no" })).status).toBe(200)
+    expect((await finished(api, runId)).status).toBe("failure")
+    expect(await paths(runId)).toEqual([
+      ["jobs/release/1/task/build", "success"],
+      ["jobs/release/2/task/rollback", "success"],
+    ])
+    const console = (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console")?.stdout
+    expect(console).toContain(`gate "prod" (${gate.id}) was rejected by anonymous: no`)
+  }, 60_000)
+
+  it("fails the step when its 2 s timeout expires the gate, and its on_failure hook runs", async () => {
+    const runId = await trigger(api, "yaml-expired", yamlGated("    timeout: 2s"))
+    const [gate] = await gatesOf(api, runId)
+    const [expired] = await gatesOf(api, runId, 1, "expired")
+    expect(Date.parse(expired.resolved_at) - Date.parse(gate.created_at)).toBeGreaterThanOrEqual(1900)
+    expect((await finished(api, runId)).status).toBe("failure")
+    expect(await paths(runId)).toEqual([
+      ["jobs/release/1/task/build", "success"],
+      ["jobs/release/2/task/rollback", "success"],
+    ])
+  }, 60_000)
+})
+
 describe("the gates feature off", () => {
   it("fails pipeline.gate() and answers 403 on every gate path", async () => {
     const server = await servers.start()
@@ -191,6 +264,14 @@ describe("the gates feature off", () => {
       const run = await finished(api, runId)
       expect(run.status).toBe("failure")
       expect(run.error_message).toContain("gates feature is not enabled")
+      // A YAML gate step is stored, and fails when it runs, saying why; its on_failure hook runs.
+      const yamlRun = await trigger(api, "no-gates-yaml", yamlGated(""))
+      expect((await finished(api, yamlRun)).status).toBe("failure")
+      const yamlTasks = await tasksOf(api, yamlRun)
+      expect(yamlTasks.map((t) => t.path)).toContain("jobs/release/2/task/rollback")
+      expect(yamlTasks.find((t) => t.path === "pipeline/console")?.stdout).toContain(
+        'gate "prod" failed: gates feature is not enabled',
+      )
       for (const [method, path] of [
         ["GET", `/api/runs/${runId}/gates`],
         ["GET", "/api/gates"],
