@@ -1,7 +1,8 @@
-import { execFile } from "node:child_process"
+import { execFile, spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { runnel, runnelBin } from "./cli.ts"
 import { type Answer, call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // Approval gates (issue 15) through a real `runnel server` in its own process, the native driver,
@@ -400,6 +401,59 @@ describe("a run waiting on a gate", () => {
         kubectl("patch", "gate", gate.id, "--type", "merge", "-p", '{"spec":{"decision":{"phase":"rejected"}}}'),
       ).rejects.toThrow(/spec.decision is final once made/)
       expect((await api("POST", `/api/gates/${gate.id}/reject`)).status).toBe(409)
+    } finally {
+      server.child.kill("SIGTERM")
+    }
+  }, 90_000)
+})
+
+describe("runnel gate", () => {
+  it("lists gates and approves and rejects them, while runnel pipeline run streams the wait", async () => {
+    const server = await servers.start(gatesOn)
+    const api = apiOf(server)
+    const cli = (...args: string[]) => runnel([...args, "--server-url", server.url])
+    try {
+      expect((await api("PUT", "/api/pipelines/cli-gated", { content: gated(`{ name: "deploy" }`) })).status).toBe(201)
+      const streamed = spawn(runnelBin, ["pipeline", "run", "cli-gated", "--server-url", server.url], {
+        stdio: ["ignore", "pipe", "pipe"],
+      })
+      let output = ""
+      streamed.stdout.setEncoding("utf8").on("data", (text: string) => {
+        output += text
+      })
+      const exited = new Promise<number | null>((resolve) => streamed.on("close", resolve))
+      await eventually(
+        async () => output,
+        (text) => text.includes("waiting for approval of gate"),
+        "runnel pipeline run prints that the run waits",
+      )
+      const id = /\(id (\S+)\)/.exec(output)?.[1] ?? ""
+      expect(id).toMatch(/-gate-1$/)
+
+      const pending = await cli("gate", "ls")
+      expect(pending.code).toBe(0)
+      expect(pending.stdout).toMatch(/^ID\s+RUN\s+NAME\s+STATUS/)
+      expect(pending.stdout).toMatch(new RegExp(`${id}\\s+\\S+\\s+deploy\\s+pending`))
+      const approved = await cli("gate", "approve", id, "-m", "ship it")
+      expect(approved).toMatchObject({ code: 0, stderr: "" })
+      expect(approved.stdout).toMatch(new RegExp(`^gate "deploy" \\(${id}\\) of run \\S+: approved by anonymous\n$`))
+      expect(await exited).toBe(0)
+      expect(output).toContain("continuing after anonymous ship it")
+
+      const again = await cli("gate", "reject", id)
+      expect(again.code).toBe(1)
+      expect(again.stderr).toBe(`runnel: gate "${id}" is already approved by anonymous\n`)
+      const runId = id.replace(/-gate-1$/, "")
+      const listed = await cli("gate", "ls", runId)
+      expect(listed.stdout).toMatch(new RegExp(`${id}\\s+${runId}\\s+deploy\\s+approved\\s+anonymous`))
+      expect((await cli("gate", "ls")).stdout).toBe("no gate is pending\n")
+
+      const second = await trigger(api, "cli-gated", gated(`{ name: "deploy" }`))
+      const [gate] = await gatesOf(api, second)
+      const rejected = await cli("gate", "reject", gate.id)
+      expect(rejected.stdout).toContain(`: rejected by anonymous`)
+      expect((await finished(api, second)).status).toBe("failure")
+      expect((await cli("gate", "approve", "no-such-gate")).stderr).toBe('runnel: gate "no-such-gate" not found\n')
     } finally {
       server.child.kill("SIGTERM")
     }
