@@ -66,6 +66,17 @@ export type RunReconcilerOptions = {
 
 const retryAfterFailureMs = 1_000
 
+/**
+ * Why a run waiting on a gate stops executing at shutdown: it is not ended
+ * but left `running`, so the next operator resumes it, still waiting on the
+ * same gate. A person's approval may take a weekend; a restart must not end it.
+ */
+class LeftWaiting extends RunAborted {
+  constructor() {
+    super("runnel shut down while the run waited on a gate; the next start resumes it")
+  }
+}
+
 type ActiveRun = { readonly controller: AbortController; readonly done: Promise<void> }
 
 /** Which content a run executes, and what the operator records about it. */
@@ -174,6 +185,7 @@ export class RunReconciler {
    */
   async drain(graceMs: number): Promise<void> {
     this.#draining = true
+    for (const name of this.#waiting) this.#active.get(name)?.controller.abort(new LeftWaiting())
     const all = async () => {
       await Promise.all([...this.#active.values()].map((run) => run.done))
     }
@@ -308,6 +320,10 @@ export class RunReconciler {
     if (prepared === undefined) return // deleted meanwhile
     if ("status" in prepared) return this.#end(writer, run, prepared)
     const result = await this.#execute(run, prepared, writer, signal)
+    if (signal.reason instanceof LeftWaiting) {
+      this.#options.log("run.left-waiting", { run: name })
+      return
+    }
     // A resumed run's tasks include those of its earlier attempts, which the engine did not see.
     await this.#finish(writer, run, result, closeLeftoverTasks(this.#options.store, name, result.status))
   }
@@ -437,7 +453,10 @@ export class RunReconciler {
    */
   #waitingOn(name: string, writer: RunStatusWriter, run: RunObject, gate: GateObject | undefined): void {
     if (gate === undefined) this.#waiting.delete(name)
-    else this.#waiting.add(name)
+    else {
+      this.#waiting.add(name)
+      if (this.#draining) this.#active.get(name)?.controller.abort(new LeftWaiting())
+    }
     const id = gate?.metadata?.name ?? ""
     const condition: Condition =
       gate === undefined

@@ -368,6 +368,59 @@ describe("a run waiting on a gate", () => {
     }
   }, 90_000)
 
+  it("is left waiting, not ended, by a graceful shutdown, which does not wait --shutdown-grace for it", async () => {
+    const first = await servers.start([...gatesOn, "--shutdown-grace", "60s"])
+    const keep = [
+      "--storage-sqlite-path",
+      join(first.cwd, "runnel.db"),
+      "--secrets-sqlite-path",
+      join(first.cwd, "test.db"),
+    ]
+    const runId = await trigger(apiOf(first), "graceful", gated(`{ name: "deploy" }`))
+    const [gate] = await gatesOf(apiOf(first), runId)
+    const stopping = Date.now()
+    first.child.kill("SIGTERM")
+    expect(await new Promise((resolve) => first.child.once("exit", resolve))).toBe(0)
+    expect(Date.now() - stopping).toBeLessThan(30_000)
+    const second = await servers.start([...gatesOn, ...keep])
+    try {
+      const api = apiOf(second)
+      expect((await api("GET", `/api/runs/${runId}`)).body.status).toBe("running")
+      expect((await gatesOf(api, runId))[0].id).toBe(gate.id)
+      expect((await api("POST", `/api/gates/${gate.id}/approve`)).status).toBe(200)
+      expect((await finished(api, runId)).status).toBe("success")
+    } finally {
+      second.child.kill("SIGTERM")
+    }
+  }, 120_000)
+
+  it("expires on time after a restart: its timeout counts from the gate's creation, not the restart", async () => {
+    const first = await servers.start(gatesOn)
+    const keep = [
+      "--storage-sqlite-path",
+      join(first.cwd, "runnel.db"),
+      "--secrets-sqlite-path",
+      join(first.cwd, "test.db"),
+    ]
+    const runId = await trigger(apiOf(first), "durable-expiry", gated(`{ name: "deploy", timeout: "8s" }`))
+    const [gate] = await gatesOf(apiOf(first), runId)
+    first.child.kill("SIGKILL")
+    await new Promise((resolve) => first.child.once("exit", resolve))
+    const second = await servers.start([...gatesOn, ...keep])
+    const listening = Date.now()
+    try {
+      const [expired] = await gatesOf(apiOf(second), runId, 1, "expired")
+      const created = Date.parse(gate.created_at)
+      const resolved = Date.parse(expired.resolved_at)
+      expect(resolved - created).toBeGreaterThanOrEqual(8000)
+      // Counted from the restart it could not be earlier than listening + 8 s.
+      expect(resolved).toBeLessThan(Math.max(created + 9500, listening + 2000))
+      expect((await finished(apiOf(second), runId)).status).toBe("failure")
+    } finally {
+      second.child.kill("SIGTERM")
+    }
+  }, 90_000)
+
   it("is approved with kubectl patch on spec.decision, which the operator copies into the status", async () => {
     const server = await servers.start(gatesOn)
     const api = apiOf(server)
