@@ -2,7 +2,7 @@ import { execFile, spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { runnel, runnelBin } from "./cli.ts"
+import { root, runnel, runnelBin } from "./cli.ts"
 import { type Answer, call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // Approval gates (issue 15) through a real `runnel server` in its own process, the native driver,
@@ -511,4 +511,40 @@ describe("runnel gate", () => {
       server.child.kill("SIGTERM")
     }
   }, 90_000)
+})
+
+describe("the gate examples", () => {
+  it.each([
+    ["release-gate.ts", "tasks/2/deploy", "tasks/2/rollback"],
+    ["gates/release.yml", "jobs/release/2/task/deploy", "jobs/release/2/task/notify"],
+  ])(
+    "examples/%s deploys once approved, and rolls back when rejected",
+    async (file, deploy, rollback) => {
+      const server = await servers.start(gatesOn)
+      const api = apiOf(server)
+      try {
+        const content = readFileSync(join(root, "examples", file), "utf8")
+        for (const [action, status, ran] of [
+          ["approve", "success", deploy],
+          ["reject", "failure", rollback],
+        ] as const) {
+          const runId = await trigger(api, "example", content)
+          const [gate] = await gatesOf(api, runId)
+          expect(gate).toMatchObject({
+            name: "production",
+            message: "Deploy 1.4.0 to production?",
+            timeout: expect.any(String),
+          })
+          expect((await api("POST", `/api/gates/${gate.id}/${action}`)).status).toBe(200)
+          expect((await finished(api, runId)).status).toBe(status)
+          const tasks = await tasksOf(api, runId)
+          expect(tasks.find((t) => t.path === ran)?.status).toBe("success")
+          expect(tasks.map((t) => t.path)).not.toContain(action === "approve" ? rollback : deploy)
+        }
+      } finally {
+        server.child.kill("SIGTERM")
+      }
+    },
+    90_000,
+  )
 })
