@@ -127,6 +127,20 @@ describe("approval gates of a script", () => {
 
     const run = await finished(api, runId)
     expect(run.status).toBe("success")
+    const audit = server
+      .stdout()
+      .split("\n")
+      .filter((line) => line.includes('"kind":"audit"') && line.includes(gate.id))
+      .map((line) => JSON.parse(line))
+    expect(audit).toEqual([
+      expect.objectContaining({
+        msg: "gate.approved",
+        actor: "anonymous",
+        gate: gate.id,
+        run: runId,
+        comment: "looks good",
+      }),
+    ])
     const tasks = await tasksOf(api, runId)
     expect(tasks.find((t) => t.path === "tasks/2/deploy")?.stdout).toBe("deployed\n")
     expect(tasks.find((t) => t.path === "pipeline/console")?.stdout).toContain("continuing after anonymous looks good")
