@@ -81,7 +81,15 @@ export class GateKeeper {
     return {
       wait: async (request, notice, signal) => {
         // A gate nobody could ever approve is refused when asked for, where the pipeline sees why.
-        if (request.approvers !== undefined) compileExpression("rbac", request.approvers)
+        if (request.approvers !== undefined) {
+          try {
+            compileExpression("rbac", request.approvers)
+          } catch (error) {
+            throw new Error(
+              `gate "${request.name}": approvers ${JSON.stringify(request.approvers)}: ${errorMessage(error)}`,
+            )
+          }
+        }
         const id = gateId(run.metadata?.name ?? "", ++count)
         const gate = await this.#open(run, id, request, notice)
         pending++

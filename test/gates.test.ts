@@ -203,6 +203,30 @@ describe("approval gates of a script", () => {
     expect(late.body.error).toBe(`gate "${gate.id}" is already expired`)
   }, 60_000)
 
+  it("refuses a REST decision the gate's approvers do not allow (403), and any decision once its run ended (409)", async () => {
+    const runId = await trigger(api, "approvers", gated(`{ name: "deploy", approvers: '"release" in Groups' }`))
+    const [gate] = await gatesOf(api, runId)
+    const refused = await api("POST", `/api/gates/${gate.id}/approve`)
+    expect(refused.status).toBe(403)
+    expect(refused.body.error).toContain('gate "deploy" may be decided only by users matching "release" in Groups')
+    expect((await api("GET", `/api/gates/${gate.id}`)).body.status).toBe("pending")
+    expect((await api("POST", `/api/runs/${runId}/stop`)).status).toBe(200)
+    expect((await finished(api, runId)).status).toBe("aborted")
+    const open = await trigger(api, "stopped", gated(`{ name: "deploy" }`))
+    const [openGate] = await gatesOf(api, open)
+    expect((await api("POST", `/api/runs/${open}/stop`)).status).toBe(200)
+    expect((await finished(api, open)).status).toBe("aborted")
+    const late = await api("POST", `/api/gates/${openGate.id}/approve`)
+    expect(late.status).toBe(409)
+    expect(late.body.error).toBe(
+      `gate "${openGate.id}" can no longer be decided: its run ${open} ended with status aborted`,
+    )
+    const badApprovers = await trigger(api, "bad-approvers", gated(`{ name: "deploy", approvers: "Groups ==" }`))
+    expect((await finished(api, badApprovers)).error_message).toContain(
+      'gate "deploy": approvers "Groups ==": invalid expression',
+    )
+  }, 60_000)
+
   it("names the field of a bad gate call in the run's error", async () => {
     const noName = await trigger(api, "no-name", "export const pipeline = async () => { await pipeline.gate({}) }\n")
     const negative = await trigger(
