@@ -77,17 +77,45 @@ ${gate}
 `
 }
 
+/** One server with gates for a describe block: started before its tests, stopped after them. */
+function sharedServer() {
+  const shared = { server: undefined as ServerProcess | undefined, api: undefined as Api | undefined }
+  beforeAll(async () => {
+    shared.server = await servers.start(gatesOn)
+    shared.api = apiOf(shared.server)
+  }, 30_000)
+  afterAll(() => shared.server?.child.kill("SIGTERM"))
+  return {
+    api: (...args: Parameters<Api>) => {
+      if (shared.api === undefined) throw new Error("the server did not start")
+      return shared.api(...args)
+    },
+    stdout: () => shared.server?.stdout() ?? "",
+  }
+}
+
+/** Stops `server` with `signal` and answers its exit code once it is gone. */
+function stop(server: ServerProcess, signal: NodeJS.Signals): Promise<number | null> {
+  const exited = new Promise<number | null>((resolve) => server.child.once("exit", resolve))
+  server.child.kill(signal)
+  return exited
+}
+
+/** A server started again on `first`'s database, as after a restart of the same installation. */
+const restart = (first: ServerProcess) =>
+  servers.start([
+    ...gatesOn,
+    "--storage-sqlite-path",
+    join(first.cwd, "runnel.db"),
+    "--secrets-sqlite-path",
+    join(first.cwd, "test.db"),
+  ])
+
 const tasksOf = async (api: Api, runId: string) =>
   (await api("GET", `/api/runs/${runId}/tasks`)).body as { path: string; status: string; stdout: string }[]
 
 describe("approval gates of a script", () => {
-  let server: ServerProcess
-  let api: Api
-  beforeAll(async () => {
-    server = await servers.start(gatesOn)
-    api = apiOf(server)
-  }, 30_000)
-  afterAll(() => server.child.kill("SIGTERM"))
+  const { api, stdout } = sharedServer()
 
   it("waits on a gate listed pending with every field, and an approval lets the run succeed", async () => {
     const started = Date.now()
@@ -127,8 +155,7 @@ describe("approval gates of a script", () => {
 
     const run = await finished(api, runId)
     expect(run.status).toBe("success")
-    const audit = server
-      .stdout()
+    const audit = stdout()
       .split("\n")
       .filter((line) => line.includes('"kind":"audit"') && line.includes(gate.id))
       .map((line) => JSON.parse(line))
@@ -242,13 +269,7 @@ describe("approval gates of a script", () => {
 })
 
 describe("gate steps of a YAML pipeline", () => {
-  let server: ServerProcess
-  let api: Api
-  beforeAll(async () => {
-    server = await servers.start(gatesOn)
-    api = apiOf(server)
-  }, 30_000)
-  afterAll(() => server.child.kill("SIGTERM"))
+  const { api } = sharedServer()
 
   const paths = async (runId: string) =>
     (await tasksOf(api, runId)).filter((t) => t.path.startsWith("jobs/")).map((t) => [t.path, t.status])
@@ -361,12 +382,6 @@ describe("a run waiting on a gate", () => {
   it("survives SIGKILL: after a restart it still waits on the same gate, and finishes without rerunning its tasks", async () => {
     const counter = join(servers.dir, "build-count")
     const first = await servers.start(gatesOn)
-    const keep = [
-      "--storage-sqlite-path",
-      join(first.cwd, "runnel.db"),
-      "--secrets-sqlite-path",
-      join(first.cwd, "test.db"),
-    ]
     const before = apiOf(first)
     const runId = await trigger(
       before,
@@ -380,10 +395,9 @@ describe("a run waiting on a gate", () => {
 `,
     )
     const [gate] = await gatesOf(before, runId)
-    first.child.kill("SIGKILL")
-    await new Promise((resolve) => first.child.once("exit", resolve))
+    await stop(first, "SIGKILL")
 
-    const second = await servers.start([...gatesOn, ...keep])
+    const second = await restart(first)
     const restarted = apiOf(second)
     try {
       expect((await restarted("GET", `/api/runs/${runId}`)).body.status).toBe("running")
@@ -408,19 +422,12 @@ describe("a run waiting on a gate", () => {
 
   it("is left waiting, not ended, by a graceful shutdown, which does not wait --shutdown-grace for it", async () => {
     const first = await servers.start([...gatesOn, "--shutdown-grace", "60s"])
-    const keep = [
-      "--storage-sqlite-path",
-      join(first.cwd, "runnel.db"),
-      "--secrets-sqlite-path",
-      join(first.cwd, "test.db"),
-    ]
     const runId = await trigger(apiOf(first), "graceful", gated(`{ name: "deploy" }`))
     const [gate] = await gatesOf(apiOf(first), runId)
     const stopping = Date.now()
-    first.child.kill("SIGTERM")
-    expect(await new Promise((resolve) => first.child.once("exit", resolve))).toBe(0)
+    expect(await stop(first, "SIGTERM")).toBe(0)
     expect(Date.now() - stopping).toBeLessThan(30_000)
-    const second = await servers.start([...gatesOn, ...keep])
+    const second = await restart(first)
     try {
       const api = apiOf(second)
       expect((await api("GET", `/api/runs/${runId}`)).body.status).toBe("running")
@@ -434,17 +441,10 @@ describe("a run waiting on a gate", () => {
 
   it("expires on time after a restart: its timeout counts from the gate's creation, not the restart", async () => {
     const first = await servers.start(gatesOn)
-    const keep = [
-      "--storage-sqlite-path",
-      join(first.cwd, "runnel.db"),
-      "--secrets-sqlite-path",
-      join(first.cwd, "test.db"),
-    ]
     const runId = await trigger(apiOf(first), "durable-expiry", gated(`{ name: "deploy", timeout: "8s" }`))
     const [gate] = await gatesOf(apiOf(first), runId)
-    first.child.kill("SIGKILL")
-    await new Promise((resolve) => first.child.once("exit", resolve))
-    const second = await servers.start([...gatesOn, ...keep])
+    await stop(first, "SIGKILL")
+    const second = await restart(first)
     const listening = Date.now()
     try {
       const [expired] = await gatesOf(apiOf(second), runId, 1, "expired")

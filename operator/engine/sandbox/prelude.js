@@ -40,6 +40,23 @@
     }
   }
 
+  // An asynchronous host call: `request()` builds the argument (its errors reject, with the caller's line),
+  // the host answers an envelope {ok, result} or {ok: false, message}, and the result reaches the script frozen.
+  function callHost(reference, request) {
+    const trace = new Error()
+    let json
+    try {
+      json = JSON.stringify(request())
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return reference.apply(undefined, [json], { result: { promise: true, copy: true } }).then((text) => {
+      const settled = JSON.parse(text)
+      if (!settled.ok) withCallerStack(trace)(settled)
+      return deepFreeze(settled.result)
+    }, withCallerStack(trace))
+  }
+
   const volumeHandles = new WeakSet()
   const volumeNames = new Set()
   const volumes = Object.freeze({
@@ -73,18 +90,7 @@
 
   const runtime = Object.freeze({
     run(task) {
-      const trace = new Error()
-      let json
-      try {
-        json = JSON.stringify({ ...task, mounts: mountNames(task?.mounts) })
-      } catch (error) {
-        return Promise.reject(error)
-      }
-      return runTask.apply(undefined, [json], { result: { promise: true, copy: true } }).then((text) => {
-        const settled = JSON.parse(text)
-        if (!settled.ok) withCallerStack(trace)(settled)
-        return deepFreeze(settled.result)
-      }, withCallerStack(trace))
+      return callHost(runTask, () => ({ ...task, mounts: mountNames(task?.mounts) }))
     },
   })
 
@@ -286,18 +292,7 @@
   }
 
   function gate(options) {
-    const trace = new Error()
-    let json
-    try {
-      json = JSON.stringify(gateRequest(options))
-    } catch (error) {
-      return Promise.reject(error)
-    }
-    return openGate.apply(undefined, [json], { result: { promise: true, copy: true } }).then((text) => {
-      const settled = JSON.parse(text)
-      if (!settled.ok) withCallerStack(trace)(settled)
-      return deepFreeze(settled.result)
-    }, withCallerStack(trace))
+    return callHost(openGate, () => gateRequest(options))
   }
   const pipelineApi = Object.freeze({ gate })
 
