@@ -8,7 +8,7 @@ import { type GateDecision, type GateObject, gateCreatedAt, isFinalGate } from "
 import type { AuditLog } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import { isResourceName } from "../find-pipeline.ts"
-import { checkGateAccess, requestUser } from "../gate-access.ts"
+import { checkGateAccess, gateAccess, type RequestUser, requestUser } from "../gate-access.ts"
 import type { ResourceIndex } from "../resource-index.ts"
 import { queryString } from "../views.ts"
 
@@ -51,18 +51,23 @@ export function gateRoutes({ resources, index, features, audit }: GateRoutesDeps
     await next()
   }
 
-  const found = async (id: string) => {
+  const pipelineOf = (gate: GateObject) => index.pipelines.get(gate.metadata?.labels?.["runnel.dev/pipeline"] ?? "")
+  // A gate of a pipeline the user may not see is absent everywhere: from lists, and 404 on its own paths.
+  const visible = (user: RequestUser) => (gate: GateObject) => gateAccess(user, gate, pipelineOf(gate)) !== "hidden"
+  const found = async (id: string, user: RequestUser) => {
     const gate = isResourceName(id) ? await resources.getGate(id) : undefined
-    if (gate === undefined) throw notFound("gate", id)
+    if (gate === undefined || !visible(user)(gate)) throw notFound("gate", id)
     return gate
   }
-  const pipelineOf = (gate: GateObject) => index.pipelines.get(gate.metadata?.labels?.["runnel.dev/pipeline"] ?? "")
 
   router.get("/api/runs/:id/gates", enabled, async (ctx) => {
     const id = ctx.params.id ?? ""
     const run = isResourceName(id) ? await resources.getRun(id) : undefined
     if (run === undefined) throw notFound("run", id)
-    ctx.body = (await resources.listGates(id)).sort(byCreation).map(gateView)
+    ctx.body = (await resources.listGates(id))
+      .filter(visible(requestUser(ctx)))
+      .sort(byCreation)
+      .map(gateView)
   })
 
   router.get("/api/gates", enabled, async (ctx) => {
@@ -70,13 +75,14 @@ export function gateRoutes({ resources, index, features, audit }: GateRoutesDeps
     const run = queryString(ctx.query, "run_id")
     const gates = await resources.listGates(run)
     ctx.body = gates
+      .filter(visible(requestUser(ctx)))
       .filter((gate) => status === undefined || (gate.status?.phase ?? "pending") === status)
       .sort(byCreation)
       .map(gateView)
   })
 
   router.get("/api/gates/:id", enabled, async (ctx) => {
-    ctx.body = gateView(await found(ctx.params.id ?? ""))
+    ctx.body = gateView(await found(ctx.params.id ?? "", requestUser(ctx)))
   })
 
   for (const phase of ["approved", "rejected"] as const) {
@@ -87,8 +93,8 @@ export function gateRoutes({ resources, index, features, audit }: GateRoutesDeps
       if (body.comment !== undefined && typeof body.comment !== "string") {
         throw badRequest(`"comment" must be a string, not ${typeof body.comment}`)
       }
-      const gate = await found(ctx.params.id ?? "")
       const user = requestUser(ctx)
+      const gate = await found(ctx.params.id ?? "", user)
       checkGateAccess(user, gate, pipelineOf(gate))
       const id = gate.metadata?.name ?? ""
       await refuseDecided(gate, resources)
