@@ -374,6 +374,9 @@ export class RunReconciler {
         },
       })
       if (annotated === undefined) return undefined
+      // Later condition writes (a gate's) start from these, so a merge patch of the list keeps this one.
+      if (plan.condition !== undefined)
+        this.#conditions.set(name, withCondition(run.status?.conditions, plan.condition))
       await writer.now({
         phase: "running",
         code: null,
@@ -381,7 +384,7 @@ export class RunReconciler {
         startedAt,
         finishedAt: null,
         tasks: [],
-        ...(plan.condition === undefined ? {} : { conditions: withCondition(run.status?.conditions, plan.condition) }),
+        ...(plan.condition === undefined ? {} : { conditions: this.#conditions.get(name) ?? [] }),
       })
     }
     log(mode === "admit" ? "run.started" : "run.resumed", { run: name, pipeline: pipelineName, driver: driverName })
