@@ -9,7 +9,7 @@ import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { AuditLog } from "./audit.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
-import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
+import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
@@ -104,12 +104,16 @@ export async function startApiServer(
 ): Promise<{ callback: ReturnType<Koa["callback"]>; stop(): Promise<void> }> {
   const own = new OwnWrites()
   const resources = new ResourceClient(deps.kubeConfig, deps.namespace)
+  let pipelines: ResourceIndex["pipelines"] | undefined
+  const pipelineId = (name: string) => pipelines?.get(name)?.metadata?.uid ?? ""
   const index = await startResourceIndex({
     kubeConfig: deps.kubeConfig,
     client: resources,
     log: deps.log,
     pipelineHandlers: auditForeignChanges(deps.audit, own),
+    ...(deps.features.includes("gates") ? { gateHandlers: auditForeignDecisions(deps.audit, own, pipelineId) } : {}),
   })
+  pipelines = index.pipelines
   const app = createApiServer({ ...deps, resources, index, own })
   return { callback: app.callback(), stop: () => index.stop() }
 }

@@ -487,6 +487,25 @@ describe("a run waiting on a gate", () => {
       expect((await finished(api, runId)).status).toBe("success")
       const [approved] = (await api("GET", `/api/runs/${runId}/gates`)).body
       expect(approved).toMatchObject({ status: "approved", resolved_by: "alice", comment: "from kubectl" })
+      // The API server audits a decision made through the Kubernetes API, as it does kubectl's pipeline changes.
+      const audit = await eventually(
+        async () =>
+          server
+            .stdout()
+            .split("\n")
+            .filter((line) => line.includes('"msg":"gate.approved"')),
+        (lines) => lines.length > 0,
+        "the kubectl decision is audited",
+      )
+      expect(audit.map((line) => JSON.parse(line))).toEqual([
+        expect.objectContaining({
+          actor: expect.stringMatching(/^kubernetes/),
+          gate: gate.id,
+          run: runId,
+          pipeline: "kubectl-approved",
+          comment: "from kubectl",
+        }),
+      ])
       // A decision is final: a second patch is refused by the resource's schema, and REST answers 409.
       await expect(
         kubectl("patch", "gate", gate.id, "--type", "merge", "-p", '{"spec":{"decision":{"phase":"rejected"}}}'),

@@ -9,6 +9,7 @@ import type { AuditLog } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import { isResourceName } from "../find-pipeline.ts"
 import { checkGateAccess, gateAccess, type RequestUser, requestUser } from "../gate-access.ts"
+import type { OwnWrites } from "../kubernetes-audit.ts"
 import type { ResourceIndex } from "../resource-index.ts"
 import { queryString } from "../views.ts"
 
@@ -18,6 +19,8 @@ export type GateRoutesDeps = {
   /** The enabled feature names: every gate path answers 403 unless `gates` is one. */
   features: readonly string[]
   audit: AuditLog
+  /** Decisions this server writes, so the audit of the watch leaves them to the route. */
+  own: Pick<OwnWrites, "deciding" | "claimDecision">
 }
 
 /** How long approve and reject wait for the operator to write the decision into the gate's status. */
@@ -43,7 +46,7 @@ export function gateView(gate: GateObject) {
 const byCreation = (a: GateObject, b: GateObject) => gateCreatedAt(a) - gateCreatedAt(b)
 
 /** Gates over the Gate resource (contract.md sections 4 and 7): list, read, approve, reject. */
-export function gateRoutes({ resources, index, features, audit }: GateRoutesDeps): Router {
+export function gateRoutes({ resources, index, features, audit, own }: GateRoutesDeps): Router {
   const router = new Router()
   // Every gate path: checked first, so a disabled feature answers 403 whatever the request.
   const enabled: Middleware = async (_ctx, next) => {
@@ -103,9 +106,11 @@ export function gateRoutes({ resources, index, features, audit }: GateRoutesDeps
         by: user.actor,
         ...(body.comment === undefined || body.comment === "" ? {} : { comment: body.comment }),
       }
+      own.deciding(id)
       try {
         if ((await resources.decideGate(gate, decision)) === undefined) throw notFound("gate", id)
       } catch (error) {
+        own.claimDecision(id) // not written: a decision seen later is someone else's
         // Someone else decided (or the operator resolved it) since it was read.
         if (error instanceof ApiException && (error.code === 409 || error.code === 422)) {
           await refuseDecided((await resources.getGate(id)) ?? gate, resources, true)
