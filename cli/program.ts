@@ -173,7 +173,9 @@ client(
 for (const action of ["approve", "reject"] as const) {
   client(
     action,
-    `${action} a pending gate: its run goes on, or its gate call fails`,
+    action === "approve"
+      ? "approve a pending gate: the run waiting on it goes on"
+      : "reject a pending gate: the run's gate call fails (a YAML gate step fails)",
     [{ syntax: "-m, --comment <COMMENT>", description: "why, recorded with the decision" }],
     gate,
   )
