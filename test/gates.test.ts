@@ -179,6 +179,12 @@ describe("approval gates of a script", () => {
     expect(again.status).toBe(409)
     expect(again.body.error).toBe(`gate "${gate.id}" is already approved by anonymous`)
     expect((await api("POST", `/api/gates/${gate.id}/reject`)).status).toBe(409)
+    const badStatus = await api("GET", "/api/gates?status=done")
+    expect(badStatus.status).toBe(400)
+    expect(badStatus.body.error).toBe("?status=done is not a gate status; known: pending, approved, rejected, expired")
+    expect(
+      (await api("GET", `/api/gates?status=approved&run_id=${runId}`)).body.map((g: { id: string }) => g.id),
+    ).toEqual([gate.id])
     const unknown = await api("POST", "/api/gates/no-such-gate/approve")
     expect(unknown.status).toBe(404)
     expect(unknown.body.error).toBe('gate "no-such-gate" not found')

@@ -43,6 +43,8 @@ export function gateView(gate: GateObject) {
   }
 }
 
+const gatePhases: readonly string[] = ["pending", "approved", "rejected", "expired"]
+
 const byCreation = (a: GateObject, b: GateObject) => gateCreatedAt(a) - gateCreatedAt(b)
 
 /** Gates over the Gate resource (contract.md sections 4 and 7): list, read, approve, reject. */
@@ -75,6 +77,9 @@ export function gateRoutes({ resources, index, features, audit, own }: GateRoute
 
   router.get("/api/gates", enabled, async (ctx) => {
     const status = queryString(ctx.query, "status")
+    if (status !== undefined && !gatePhases.includes(status)) {
+      throw badRequest(`?status=${status} is not a gate status; known: ${gatePhases.join(", ")}`)
+    }
     const run = queryString(ctx.query, "run_id")
     const gates = await resources.listGates(run)
     ctx.body = gates
