@@ -99,3 +99,12 @@ export const erroringYaml = `jobs:
     config: {platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: "true"}}
     params: {X: ((nope))}
 `
+
+/** A kubeconfig for the embedded API of the server at `url` (`/k8s`), as kubectl or `runnel operator` reads it. */
+export const embeddedKubeconfig = (url: string) => `apiVersion: v1
+kind: Config
+clusters: [{name: embedded, cluster: {server: "${url}/k8s", insecure-skip-tls-verify: true}}]
+users: [{name: anyone, user: {}}]
+contexts: [{name: embedded, context: {cluster: embedded, user: anyone, namespace: default}}]
+current-context: embedded
+`
