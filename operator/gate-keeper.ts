@@ -25,7 +25,7 @@ export type GateKeeperOptions = {
 }
 
 /** How often a waiter reads its Gate even without a watch event: a missed event costs at most this. */
-const rereadMs = 5_000
+const rereadMs = 30_000
 
 /**
  * Keeps Gates: creates them for waiting runs and resolves them.
