@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { expect } from "vitest"
 import { runnelBin } from "./cli.ts"
 
 /** bin/runnel COMMAND in its own process; resolves with its URL once it prints its listening line. */
@@ -99,3 +100,38 @@ export const erroringYaml = `jobs:
     config: {platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: "true"}}
     params: {X: ((nope))}
 `
+
+// biome-ignore lint/suspicious/noExplicitAny: events and answers are compared field by field.
+export type Json = any
+export type Event = { id: number | undefined; data: Json }
+
+/** Reads an event stream to its end (or until `stopAfter` events, then leaves); heartbeats are skipped. */
+export async function readEvents(response: Response, stopAfter = Number.POSITIVE_INFINITY): Promise<Event[]> {
+  expect(response.status).toBe(200)
+  expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/)
+  const reader = response.body?.pipeThrough(new TextDecoderStream()).getReader()
+  if (reader === undefined) throw new Error("no body")
+  const events: Event[] = []
+  let buffer = ""
+  for (;;) {
+    const { value, done } = await reader.read()
+    if (done) return events
+    buffer += value
+    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+      const frame = buffer.slice(0, end)
+      buffer = buffer.slice(end + 2)
+      let id: number | undefined
+      let data: string | undefined
+      for (const line of frame.split("\n")) {
+        if (line.startsWith("id: ")) id = Number(line.slice(4))
+        else if (line.startsWith("data: ")) data = line.slice(6)
+      }
+      if (data === undefined) continue
+      events.push({ id, data: JSON.parse(data) })
+      if (events.length >= stopAfter) {
+        await reader.cancel()
+        return events
+      }
+    }
+  }
+}
