@@ -38,6 +38,7 @@ export const packagePlaces: Readonly<Record<string, readonly string[]>> = {
   koa: ["apiserver/"],
   "@koa/router": ["apiserver/"],
   "@kubernetes/client-node": ["lib/kube/", "operator/", "apiserver/", "cli/"],
+  "@aws-sdk/client-s3": ["lib/secrets/"],
   esbuild: ["lib/script/"],
   commander: ["cli/"],
   "@marcbachmann/cel-js": ["lib/cel/"],
