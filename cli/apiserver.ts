@@ -30,7 +30,7 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
     const kubeConfig = loadKubeConfig(settings.kube)
     const store = await opening
     // The operator stores the server's --secret values; the API server only opens the store.
-    secretStore = await openSecretBackend(settings)
+    secretStore = await openSecretBackend(settings, kubeConfig)
     api = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")
     front.ready(api.callback)
     warnOpenAccess(settings.http.host)

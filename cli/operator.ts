@@ -1,6 +1,7 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import type { OperatorSettings, RoleSettings } from "../lib/config/operator.ts"
 import { errorMessage } from "../lib/core/errors.ts"
+import { openKubernetesSecretStore } from "../lib/kube/kubernetes-secret-store.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { globalScope, runSecrets, type SecretStore } from "../lib/secrets/secret-store.ts"
@@ -17,7 +18,7 @@ export async function operator(settings: OperatorSettings): Promise<void> {
   let secretStore: SecretStore | undefined
   let operator: Operator
   try {
-    secretStore = await openConfiguredSecretStore(settings)
+    secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
   } catch (error) {
     await secretStore?.close()
@@ -36,9 +37,10 @@ export async function operator(settings: OperatorSettings): Promise<void> {
 
 /** The secret store of the settings, with the server's --secret values stored in its global scope. */
 export async function openConfiguredSecretStore(
-  settings: Pick<OperatorSettings, "secretStore" | "s3Secrets" | "secrets">,
+  settings: OperatorSettings,
+  kubeConfig: KubeConfig,
 ): Promise<SecretStore> {
-  const secrets = await openSecretBackend(settings)
+  const secrets = await openSecretBackend(settings, kubeConfig)
   try {
     if (Object.keys(settings.secrets).length > 0) await secrets.set(globalScope, settings.secrets)
   } catch (error) {
@@ -49,15 +51,25 @@ export async function openConfiguredSecretStore(
 }
 
 /**
- * The secrets backend the settings choose: S3 when its bucket is set
- * (interface.md: it takes precedence over the embedded SQL one), else SQLite.
+ * The secrets backend the settings choose: `--secrets-backend`, else S3 when
+ * its bucket is set (interface.md: it takes precedence over the embedded SQL
+ * one), else SQLite. Kubernetes Secrets are read through `kubeConfig`, the
+ * client the operator uses.
  * The S3 SDK is loaded only when it is used.
  */
 export async function openSecretBackend(
-  settings: Pick<RoleSettings, "secretStore" | "s3Secrets">,
+  settings: Pick<RoleSettings, "secretStore" | "s3Secrets" | "secretsBackend" | "kubernetesGlobalSecret" | "namespace">,
+  kubeConfig: KubeConfig,
 ): Promise<SecretStore> {
+  if (settings.secretsBackend === "kubernetes") {
+    return openKubernetesSecretStore({
+      kubeConfig,
+      namespace: settings.namespace,
+      globalSecret: settings.kubernetesGlobalSecret,
+    })
+  }
   const s3 = settings.s3Secrets
-  if (s3 === undefined) return openSqliteSecretStore(settings.secretStore)
+  if (settings.secretsBackend === "sqlite" || s3 === undefined) return openSqliteSecretStore(settings.secretStore)
   const { openS3SecretStore } = await import("../lib/secrets/s3-secret-store.ts")
   const store = await openS3SecretStore({
     bucket: s3.bucket,

@@ -25,7 +25,7 @@ export const libDependencies: Readonly<Record<string, readonly string[]>> = {
   script: ["core", "yaml"],
   logs: ["core", "sqlite"],
   secrets: ["core", "crypto", "sqlite"],
-  kube: ["core", "script"],
+  kube: ["core", "script", "secrets"],
 }
 
 /** lib/ modules that know nothing of runnel's domain: the only part of lib/ the embedded API may use. */

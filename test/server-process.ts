@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from "node:child_process"
+import { type ChildProcess, execFile, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -134,4 +134,21 @@ export async function readEvents(response: Response, stopAfter = Number.POSITIVE
       }
     }
   }
+}
+
+/** kubectl against a server's embedded API (at /k8s), with no kubeconfig of its own; `input` is its stdin. */
+export function kubectl(server: ServerProcess, ...args: string[]): Promise<string> {
+  return kubectlWithInput(server, undefined, ...args)
+}
+
+export function kubectlWithInput(server: ServerProcess, input: string | undefined, ...args: string[]): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const child = execFile(
+      "kubectl",
+      ["--server", `${server.url}/k8s`, "--cache-dir", join(server.cwd, "kube-cache"), ...args],
+      { env: { ...process.env, KUBECONFIG: join(server.cwd, "no-kubeconfig") }, timeout: 20_000 },
+      (error, stdout, stderr) => (error === null ? resolve(stdout) : reject(new Error(stderr))),
+    )
+    child.stdin?.end(input ?? "")
+  })
 }

@@ -18,6 +18,8 @@ const apiserverFlagNames = [
   "webhook-max-age",
   "secrets-sqlite-path",
   "secrets-sqlite-passphrase",
+  "secrets-backend",
+  "secrets-kubernetes-global-secret",
   "secrets-s3-bucket",
   "secrets-s3-endpoint",
   "secrets-s3-region",

@@ -83,6 +83,18 @@ export const operatorFlags: readonly FlagSpec[] = [
     description: "passphrase of the secret store; the AES-256 key is its SHA-256",
   },
   {
+    name: "secrets-backend",
+    value: "NAME",
+    description:
+      "where secrets are kept: sqlite, s3 or kubernetes (core Secrets in the namespace); s3 when --secrets-s3-bucket is set, else sqlite",
+  },
+  {
+    name: "secrets-kubernetes-global-secret",
+    value: "NAME",
+    defaultValue: "runnel-secrets",
+    description: "with --secrets-backend kubernetes: the core Secret whose keys are the global secrets",
+  },
+  {
     name: "secrets-s3-bucket",
     alias: "secrets-objstore-bucket",
     value: "NAME",
@@ -159,8 +171,12 @@ export type RoleSettings = {
   readonly driver: string
   readonly allowedDrivers: readonly string[] | "*"
   readonly secretStore: { readonly path: string; readonly passphrase: string | undefined }
-  /** `--secrets-s3-*`: when its bucket is set, the S3 backend, which takes precedence over SQLite. */
+  /** `--secrets-backend`, or s3 when the bucket is set (interface.md: it takes precedence over SQLite). */
+  readonly secretsBackend: SecretsBackend
+  /** `--secrets-s3-*`, when its bucket is set. */
   readonly s3Secrets: S3SecretsSettings | undefined
+  /** `--secrets-kubernetes-global-secret`. */
+  readonly kubernetesGlobalSecret: string
   readonly features: readonly Feature[]
   /** The environment the drivers read: the Docker host, the PATH of native tasks. */
   readonly host: HostEnvironment
@@ -242,7 +258,7 @@ export function rolePart(
       passphrase:
         flags["secrets-sqlite-passphrase"] === undefined ? undefined : String(flags["secrets-sqlite-passphrase"]),
     },
-    s3Secrets: s3SecretsPart(flags),
+    ...secretsBackendPart(flags),
     features: parseFeatures(String(flags["allowed-features"])),
     host,
   }
@@ -268,6 +284,29 @@ export function logStorePath(storagePath: string): string {
   if (storagePath === ":memory:") return ":memory:"
   const extension = extname(storagePath)
   return `${storagePath.slice(0, storagePath.length - extension.length)}-logs${extension}`
+}
+
+export type SecretsBackend = "sqlite" | "s3" | "kubernetes"
+const secretsBackends: readonly SecretsBackend[] = ["sqlite", "s3", "kubernetes"]
+
+function secretsBackendPart(
+  flags: FlagValues,
+): Pick<RoleSettings, "secretsBackend" | "s3Secrets" | "kubernetesGlobalSecret"> {
+  const s3Secrets = s3SecretsPart(flags)
+  const chosen = flags["secrets-backend"] === undefined ? "" : String(flags["secrets-backend"])
+  if (chosen !== "" && !secretsBackends.includes(chosen as SecretsBackend)) {
+    throw badRequest(`--secrets-backend "${chosen}" is not known: use ${secretsBackends.join(", ")}`)
+  }
+  const secretsBackend: SecretsBackend =
+    chosen === "" ? (s3Secrets === undefined ? "sqlite" : "s3") : (chosen as SecretsBackend)
+  if (secretsBackend === "s3" && s3Secrets === undefined) {
+    throw badRequest("--secrets-backend s3 needs --secrets-s3-bucket")
+  }
+  const kubernetesGlobalSecret = String(flags["secrets-kubernetes-global-secret"])
+  if (!/^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$/.test(kubernetesGlobalSecret) || kubernetesGlobalSecret.length > 253) {
+    throw badRequest(`--secrets-kubernetes-global-secret "${kubernetesGlobalSecret}" is not a Secret name`)
+  }
+  return { secretsBackend, s3Secrets, kubernetesGlobalSecret }
 }
 
 export type S3SecretsSettings = {
