@@ -47,7 +47,8 @@ export async function openS3SecretStore(options: S3SecretStoreOptions): Promise<
   }
   const client = new S3Client({
     ...(options.endpoint === undefined ? {} : { endpoint: options.endpoint, forcePathStyle: true }),
-    region: options.region ?? "us-east-1",
+    // An S3-compatible server needs some region to sign with; AWS's comes from the SDK's chain without one.
+    region: options.region ?? (options.endpoint === undefined ? undefined : "us-east-1"),
     ...(options.credentials === undefined ? {} : { credentials: { ...options.credentials } }),
   })
   const store = new S3SecretStore(client, options)
