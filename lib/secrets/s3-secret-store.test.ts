@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto"
+import { createHash, randomBytes } from "node:crypto"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
@@ -207,10 +207,12 @@ describe("S3 server-side encryption on the wire", () => {
       {
         "x-amz-server-side-encryption-customer-algorithm": "AES256",
         "x-amz-server-side-encryption-customer-key": customerKey.toString("base64"),
+        "x-amz-server-side-encryption-customer-key-md5": createHash("md5").update(customerKey).digest("base64"),
       },
       {
         "x-amz-server-side-encryption-customer-algorithm": "AES256",
         "x-amz-server-side-encryption-customer-key": customerKey.toString("base64"),
+        "x-amz-server-side-encryption-customer-key-md5": createHash("md5").update(customerKey).digest("base64"),
       },
     ],
   ] as const) {
