@@ -315,5 +315,6 @@ describe("SQLite log store file", () => {
     clearInterval(sampler)
     expect((peak - before) / 2 ** 20).toBeLessThan(64)
     expect(store.search(words[17] ?? "", { runId: "big", limit: 1 })).toHaveLength(1)
-  })
+    // What is asserted is memory, not time: ≈30 s alone, far longer on two cores shared with other suites.
+  }, 240_000)
 })
