@@ -1,6 +1,6 @@
 import { CoreV1Api, type KubeConfig, type V1Secret } from "@kubernetes/client-node"
 import { SystemError } from "../core/errors.ts"
-import { assertSecretEntry, assertSecretScope, globalScope, type SecretStore } from "../secrets/secret-store.ts"
+import { assertSecretScope, checkedEntries, globalScope, type SecretStore } from "../secrets/secret-store.ts"
 import { ifGone, ResourceClient } from "./resource-client.ts"
 import { type PipelineObject, pipelineOwnerReference } from "./resources.ts"
 
@@ -53,9 +53,7 @@ class KubernetesSecretStore implements SecretStore {
 
   async set(scope: string, entries: Readonly<Record<string, string>>): Promise<void> {
     this.#assertOpen()
-    assertSecretScope(scope)
-    const pairs = Object.entries(entries)
-    for (const [key, value] of pairs) assertSecretEntry(key, value)
+    const pairs = checkedEntries(scope, entries)
     if (pairs.length === 0) return
     const target = await this.#writeTarget(scope)
     const data = Object.fromEntries(pairs.map(([key, value]) => [key, Buffer.from(value, "utf8").toString("base64")]))

@@ -10,7 +10,7 @@ import {
 } from "@aws-sdk/client-s3"
 import { badRequest, RunnelError, SystemError } from "../core/errors.ts"
 import { keyFromPassphrase, packSealed, Sealer, unpackSealed } from "../crypto/sealer.ts"
-import { assertSecretEntry, assertSecretScope, type SecretStore } from "./secret-store.ts"
+import { assertSecretScope, checkedEntries, type SecretStore } from "./secret-store.ts"
 
 /** Provider-side encryption of every object (contract.md: the neutral `sse-provider` is `sse-s3`). */
 export type S3Encryption =
@@ -109,9 +109,7 @@ class S3SecretStore implements SecretStore {
 
   async set(scope: string, entries: Readonly<Record<string, string>>): Promise<void> {
     this.#assertOpen()
-    assertSecretScope(scope)
-    const pairs = Object.entries(entries)
-    for (const [key, value] of pairs) assertSecretEntry(key, value)
+    const pairs = checkedEntries(scope, entries)
     for (const [key, value] of pairs) {
       const sealer = this.#sealer
       await this.#client.send(
