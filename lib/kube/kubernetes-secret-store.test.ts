@@ -5,7 +5,7 @@ import { type RunningApi, startEmbeddedApi } from "../../kubeserver/embedded-api
 import { loadCrds } from "../../kubeserver/resource-types.ts"
 import { globalScope, pipelineScope, resolverFor } from "../secrets/secret-store.ts"
 import { secretStoreContract } from "../secrets/secret-store-contract.fixture.ts"
-import { openKubernetesSecretStore, pipelineSecretsLabel } from "./kubernetes-secret-store.ts"
+import { maxKubernetesKeyChars, openKubernetesSecretStore, pipelineSecretsLabel } from "./kubernetes-secret-store.ts"
 
 // The Kubernetes Secrets backend against the embedded API, through the client the operator uses.
 let running: RunningApi
@@ -22,12 +22,15 @@ async function freshNamespace(): Promise<string> {
   return name
 }
 
-secretStoreContract("Kubernetes Secrets (embedded API)", async () =>
-  openKubernetesSecretStore({
-    kubeConfig: running.kubeConfig,
-    namespace: await freshNamespace(),
-    globalSecret: "runnel-secrets",
-  }),
+secretStoreContract(
+  "Kubernetes Secrets (embedded API)",
+  async () =>
+    openKubernetesSecretStore({
+      kubeConfig: running.kubeConfig,
+      namespace: await freshNamespace(),
+      globalSecret: "runnel-secrets",
+    }),
+  { longestKeyStored: maxKubernetesKeyChars },
 )
 
 describe("Kubernetes Secrets backend", () => {
@@ -67,6 +70,18 @@ describe("Kubernetes Secrets backend", () => {
     expect(await secrets.get("TOKEN")).toBe("pipeline-token")
     expect(await secrets.get("REGION")).toBe("eu-west-1")
     expect([...(await secrets.values())].sort()).toEqual(["eu-west-1", "global-token", "pipeline-token"])
+  })
+
+  it("refuses a key longer than a Secret can hold, writing none of the entries", async () => {
+    const { pipeline, store } = await withPipeline("long")
+    const scope = pipelineScope(pipeline.metadata.uid)
+    await expect(store.set(scope, { OK: "v", ["K".repeat(254)]: "v" })).rejects.toThrow(
+      expect.objectContaining({
+        status: 400,
+        message: expect.stringContaining("too long for a Kubernetes Secret: at most 253"),
+      }),
+    )
+    expect(await store.keys(scope)).toEqual([])
   })
 
   it("writes a pipeline's secrets to a Secret owned by the Pipeline and labelled with its name", async () => {

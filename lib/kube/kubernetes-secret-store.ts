@@ -1,5 +1,5 @@
 import { CoreV1Api, type KubeConfig, type V1Secret } from "@kubernetes/client-node"
-import { SystemError } from "../core/errors.ts"
+import { badRequest, SystemError } from "../core/errors.ts"
 import { assertSecretScope, checkedEntries, globalScope, type SecretStore } from "../secrets/secret-store.ts"
 import { ifGone, ResourceClient } from "./resource-client.ts"
 import { type PipelineObject, pipelineOwnerReference } from "./resources.ts"
@@ -36,6 +36,8 @@ export function openKubernetesSecretStore(options: KubernetesSecretStoreOptions)
 const runSecretName = (id: string) => `runnel-run-secrets-${id}`
 const pipelineSecretName = (uid: string) => `runnel-secrets-${uid.toLowerCase()}`
 const envNamePattern = /^[A-Za-z_][A-Za-z0-9_]*$/
+/** Kubernetes refuses longer keys in a Secret's data (a DNS subdomain's length), where runnel allows 256. */
+export const maxKubernetesKeyChars = 253
 
 class KubernetesSecretStore implements SecretStore {
   readonly #core: CoreV1Api
@@ -54,6 +56,13 @@ class KubernetesSecretStore implements SecretStore {
   async set(scope: string, entries: Readonly<Record<string, string>>): Promise<void> {
     this.#assertOpen()
     const pairs = checkedEntries(scope, entries)
+    for (const [key] of pairs) {
+      if (key.length > maxKubernetesKeyChars) {
+        throw badRequest(
+          `secret name "${key.slice(0, 32)}…" is too long for a Kubernetes Secret: at most ${maxKubernetesKeyChars} characters`,
+        )
+      }
+    }
     if (pairs.length === 0) return
     const target = await this.#writeTarget(scope)
     const data = Object.fromEntries(pairs.map(([key, value]) => [key, Buffer.from(value, "utf8").toString("base64")]))

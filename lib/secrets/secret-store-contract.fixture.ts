@@ -16,8 +16,9 @@ const pipelineB = pipelineScope("7e1d2f3a-0000-4000-8000-abcdefabcdef")
  * What every secret store backend does (STYLE.md section 13), as secret-store.ts
  * specifies it. `open` gives a store on an empty backend of its own; the store
  * is closed when the test ends (close() is idempotent, so a test may close it first).
- * `longestKeyStored` is the longest key name the test writes (maxSecretKeyChars
- * unless the server under test cannot hold it: s3rver keeps each object as a
+ * `longestKeyStored` is the longest key name the test writes: maxSecretKeyChars
+ * unless the backend cannot hold it (a Kubernetes Secret's keys are at most 253
+ * characters) or the server under test cannot (s3rver keeps each object as a
  * file, whose name is at most 255 bytes, where S3 allows 1024).
  */
 export function secretStoreContract(
