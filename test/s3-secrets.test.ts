@@ -123,6 +123,35 @@ describeDocker("secrets in an S3 bucket", () => {
     )
   }, 180_000)
 
+  it("fail a run naming the key and saying the passphrase changed, when the next start has another", async () => {
+    const flags = [...s3Flags(bucket), "--secrets-s3-prefix", "rotated"]
+    const first = await servers.start([
+      ...flags,
+      "--secrets-s3-passphrase",
+      "first one",
+      "--secret",
+      "G_TOKEN=g-value-1",
+    ])
+    first.child.kill("SIGKILL")
+    const second = await servers.start([...flags, "--secrets-s3-passphrase", "second one"])
+    const content = `export const pipeline = async () => {
+  await runtime.run({ name: "use", image: "busybox", command: { path: "true" }, env: { G: "secret:G_TOKEN" } })
+}
+`
+    expect((await call(second.url, "PUT", "/api/pipelines/rotated", { content })).status).toBe(201)
+    const trigger = await call(second.url, "POST", "/api/pipelines/rotated/trigger")
+    const run = await eventually(
+      () => call(second.url, "GET", `/api/runs/${trigger.body.run_id}`),
+      (answer) => ["success", "failure", "error"].includes(answer.body.status),
+      "the run finishes",
+    )
+    expect(run.body.status).toBe("error")
+    expect(run.body.error_message).toMatch(
+      /secret "G_TOKEN" in scope "global" cannot be decrypted: the passphrase changed since it was stored/,
+    )
+    expect(run.body.error_message).not.toContain("g-value-1")
+  }, 60_000)
+
   it("warn at start without a passphrase, and refuse to start on a bucket that does not exist", async () => {
     const plain = await servers.start([...s3Flags(bucket), "--secrets-s3-encrypt", "sse-provider"])
     expect(plain.stderr()).toMatch(
