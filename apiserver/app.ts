@@ -16,6 +16,7 @@ import { metaRoutes } from "./routes/meta.ts"
 import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
 import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
+import { type ScheduleRoutesDeps, scheduleRoutes } from "./routes/schedules.ts"
 import { type WebhookRoutesDeps, webhookRoutes } from "./routes/webhooks.ts"
 
 export type ApiServerDeps = {
@@ -27,7 +28,8 @@ export type ApiServerDeps = {
     PipelineSecretRoutesDeps["resources"] &
     RunRoutesDeps["resources"] &
     EventRoutesDeps["resources"] &
-    WebhookRoutesDeps["resources"]
+    WebhookRoutesDeps["resources"] &
+    ScheduleRoutesDeps["resources"]
   /** The same resources as the watch keeps them, with this server's writes applied at once. */
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
@@ -68,6 +70,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     pipelineRoutes(deps),
     pipelineSecretRoutes(deps),
     runRoutes(deps),
+    scheduleRoutes(deps),
     eventRoutes(deps),
     webhookRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),

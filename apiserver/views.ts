@@ -1,5 +1,5 @@
 import { badRequest } from "../lib/core/errors.ts"
-import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import type { PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import { contentTypeOf } from "../lib/script/content-type.ts"
 
 /** Set on every write through this API: Kubernetes objects carry no update time of their own. */
@@ -86,4 +86,25 @@ export function queryString(query: Record<string, string | string[] | undefined>
   const value = query[name]
   if (Array.isArray(value)) throw badRequest(`?${name} is given ${value.length} times; give it once`)
   return value
+}
+
+/** The schedule object of interface.md ("Schedule"), plus its time zone and args; `pipelineId` is its pipeline's id. */
+export function scheduleView(schedule: ScheduleObject, pipelineId: string) {
+  const { metadata = {}, spec, status = {} } = schedule
+  const created = String(metadata.creationTimestamp ?? "")
+  return {
+    id: metadata.uid ?? "",
+    pipeline_id: pipelineId,
+    name: metadata.name ?? "",
+    schedule_type: spec.type,
+    schedule_expr: spec.expression,
+    job_name: spec.jobName ?? "",
+    time_zone: spec.type === "cron" ? spec.timeZone || "UTC" : null,
+    args: spec.args ?? [],
+    enabled: spec.enabled !== false,
+    last_run_at: status.lastRunAt ?? null,
+    next_run_at: status.nextRunAt ?? null,
+    created_at: created,
+    updated_at: metadata.annotations?.[updatedAtAnnotation] ?? created,
+  }
 }

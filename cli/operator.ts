@@ -104,6 +104,11 @@ export function startConfiguredOperator(
     store,
     secrets: runSecrets(secretStore, settings.features.includes("secrets")),
     webhooks: settings.features.includes("webhooks"),
+    schedules: settings.features.includes("schedules"),
+    cronJobs:
+      settings.schedules.mode === "cronjob"
+        ? { image: settings.schedules.image, serviceAccount: settings.schedules.serviceAccount }
+        : undefined,
     drivers: async (name, config) => (await drivers.get(name).load(settings.host)).create(config),
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,

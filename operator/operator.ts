@@ -1,14 +1,15 @@
-import type { KubeConfig } from "@kubernetes/client-node"
+import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
-import { type Informer, startInformer } from "../lib/kube/informer.ts"
+import { type Informer, type InformerHandlers, startInformer } from "../lib/kube/informer.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
-import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import type { PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
 import { RunReconciler } from "./run-reconciler.ts"
+import { ScheduleReconciler } from "./schedule-reconciler.ts"
 
 export type OperatorOptions = {
   /** Any Kubernetes API with runnel's CRDs: the embedded one over loopback, or a cluster's. */
@@ -20,6 +21,10 @@ export type OperatorOptions = {
   readonly secrets: RunSecrets
   /** The `webhooks` feature, on unless said otherwise: off, runs get no webhook data or response channel. */
   readonly webhooks?: boolean
+  /** The `schedules` feature, off unless said otherwise: off, Schedules are kept and listed but never fire. */
+  readonly schedules?: boolean
+  /** Cronjob mode (`--schedules-mode cronjob`): five-field cron Schedules become CronJobs running this image. */
+  readonly cronJobs?: { readonly image: string; readonly serviceAccount: string }
   /** Makes drivers by name; cli/ passes its registry. */
   readonly drivers: DriverSource
   /** `--driver`: for pipelines whose spec names none. */
@@ -58,6 +63,13 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   const pipelineReconciler = new PipelineReconciler({ client, log })
   let pipelineInformer: Informer<PipelineObject> | undefined
   const pipelines = { get: (name: string) => pipelineInformer?.get(name) }
+  const scheduleReconciler = new ScheduleReconciler({
+    client,
+    pipelines,
+    firing: options.schedules ?? false,
+    cronJobs: options.cronJobs === undefined ? undefined : { ...options.cronJobs, namespace: options.namespace },
+    log,
+  })
   const runs = new RunReconciler({
     client,
     pipelines,
@@ -83,31 +95,47 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
       changed(pipeline) {
         generations.remember(pipeline)
         pipelineReconciler.changed(pipeline)
+        scheduleReconciler.pipelineChanged(pipeline.metadata?.name ?? "")
       },
       deleted(pipeline) {
         generations.forget(pipeline.metadata?.uid)
+        scheduleReconciler.pipelineChanged(pipeline.metadata?.name ?? "")
       },
     },
     log,
   })
   pipelineReconciler.attach(pipelineInformer)
-  let runInformer: Informer<RunObject>
-  try {
-    runInformer = await startInformer<RunObject>({
-      kubeConfig: options.kubeConfig,
-      path: client.path("runs"),
-      namespace: options.namespace,
-      list: () => client.list("runs"),
-      handlers: { changed: (run) => runs.changed(run), deleted: (run) => runs.deleted(run) },
-      log,
-    })
-  } catch (error) {
-    await pipelineInformer.stop()
-    throw error
+  /** An informer of one more kind; if it cannot start, those already started are stopped. */
+  const started: Informer<unknown>[] = [pipelineInformer]
+  const watch = async <T extends KubernetesObject>(plural: "runs" | "schedules", handlers: InformerHandlers<T>) => {
+    try {
+      const informer = await startInformer<T>({
+        kubeConfig: options.kubeConfig,
+        path: client.path(plural),
+        namespace: options.namespace,
+        list: () => client.list(plural),
+        handlers,
+        log,
+      })
+      started.push(informer)
+      return informer
+    } catch (error) {
+      for (const informer of started.reverse()) await informer.stop()
+      throw error
+    }
   }
+  const scheduleInformer = await watch<ScheduleObject>("schedules", {
+    changed: (schedule) => scheduleReconciler.changed(schedule),
+    deleted: (schedule) => scheduleReconciler.deleted(schedule),
+  })
+  const runInformer = await watch<RunObject>("runs", {
+    changed: (run) => runs.changed(run),
+    deleted: (run) => runs.deleted(run),
+  })
   // Leftovers of crashed processes on the default driver go now, even if no run uses that driver again.
   drivers.get(options.defaultDriver, {}).catch(() => {})
   runs.attach(runInformer)
+  scheduleReconciler.attach(scheduleInformer)
   log("operator.started", { namespace: options.namespace, maxInFlight: options.maxInFlight })
 
   let stopped: Promise<void> | undefined
@@ -118,6 +146,8 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
         return stopped
       }
       stopped = (async () => {
+        await scheduleReconciler.stop()
+        await scheduleInformer.stop()
         await runs.drain(graceMs)
         await runInformer.stop()
         await pipelineInformer?.stop()

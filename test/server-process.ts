@@ -152,3 +152,11 @@ export function kubectlWithInput(server: ServerProcess, input: string | undefine
     child.stdin?.end(input ?? "")
   })
 }
+/** A kubeconfig for the embedded API of the server at `url` (`/k8s`), as kubectl or `runnel operator` reads it. */
+export const embeddedKubeconfig = (url: string) => `apiVersion: v1
+kind: Config
+clusters: [{name: embedded, cluster: {server: "${url}/k8s", insecure-skip-tls-verify: true}}]
+users: [{name: anyone, user: {}}]
+contexts: [{name: embedded, context: {cluster: embedded, user: anyone, namespace: default}}]
+current-context: embedded
+`

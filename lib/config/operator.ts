@@ -152,6 +152,25 @@ export const operatorFlags: readonly FlagSpec[] = [
   },
   mockImageFlag,
   {
+    name: "schedules-mode",
+    value: "MODE",
+    defaultValue: "timer",
+    description:
+      "how cron schedules fire: timer (the operator's own timer) or cronjob (a batch/v1 CronJob per schedule, for a cluster; intervals and seconds fields keep the timer)",
+  },
+  {
+    name: "schedules-image",
+    value: "IMAGE",
+    defaultValue: "runnel",
+    description: "cronjob mode: runnel's image, which the CronJobs' Jobs run as `runnel schedule fire`",
+  },
+  {
+    name: "schedules-service-account",
+    value: "NAME",
+    defaultValue: "runnel-schedule-fire",
+    description: "cronjob mode: the ServiceAccount of those Jobs, which may only create Runs and read Schedules",
+  },
+  {
     name: "allowed-features",
     value: "LIST",
     defaultValue: "*",
@@ -189,6 +208,8 @@ export type OperatorSettings = RoleSettings & {
   readonly shutdownGraceMs: number
   readonly secrets: Readonly<Record<string, string>>
   readonly mockImage: string
+  /** How cron schedules fire, and what their CronJobs run in cronjob mode. */
+  readonly schedules: { readonly mode: "timer" | "cronjob"; readonly image: string; readonly serviceAccount: string }
 }
 
 /** `runnel operator`'s settings from its command line and environment, checked and frozen. */
@@ -217,6 +238,11 @@ export function operatorPart(
     shutdownGraceMs: parseDurationFlag(flags["shutdown-grace"] as string, "shutdown-grace"),
     secrets: parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret"),
     mockImage: String(flags["mock-image"]),
+    schedules: {
+      mode: schedulesMode(String(flags["schedules-mode"])),
+      image: String(flags["schedules-image"]),
+      serviceAccount: String(flags["schedules-service-account"]),
+    },
   }
 }
 
@@ -264,6 +290,11 @@ export function rolePart(
   }
   const kube = kubeSource(role, flags.kubeconfig === undefined ? undefined : String(flags.kubeconfig), host)
   return { kube, ...settings }
+}
+
+function schedulesMode(text: string): "timer" | "cronjob" {
+  if (text === "timer" || text === "cronjob") return text
+  throw badRequest(`--schedules-mode "${text}" is not a mode; use timer or cronjob`)
 }
 
 /** Fails with the known ones for a driver name runnel does not have. */

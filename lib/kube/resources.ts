@@ -151,12 +151,66 @@ export type ScheduleObject = KubernetesObject & {
     type: "cron" | "interval"
     /** A cron expression, or a Go-style duration for `interval`. */
     expression: string
+    /** `cron`: the IANA time zone of the expression; UTC when absent. */
+    timeZone?: string
+    /** The run's `pipelineContext.args`. */
+    args?: string[]
+    /** The last missed tick fires once after downtime if it is at most this old; 300 when absent. */
+    startingDeadlineSeconds?: number
     enabled?: boolean
   }
   status?: {
     lastRunAt?: string | null
     nextRunAt?: string | null
     observedGeneration?: number
+    conditions?: Condition[]
+  }
+}
+
+/** The label on the Schedules the operator derives from a YAML pipeline, which it alone creates and deletes. */
+export const derivedScheduleLabel = "runnel.dev/derived-from"
+
+/** The label on a Run a Schedule started: the Schedule's name. */
+export const scheduleLabel = "runnel.dev/schedule"
+
+/** Annotations on a Run a Schedule started: the tick it is for, and when it was created (both RFC 3339, milliseconds). */
+export const scheduledRunAnnotations = { dueAt: "runnel.dev/due-at", firedAt: "runnel.dev/fired-at" } as const
+
+/**
+ * The name of the one Run of a schedule's tick: `<schedule>-<tick in Unix
+ * seconds>`. Whoever fires the tick (a timer, a second operator, a retried
+ * CronJob) creates the same name, so every create after the first is a 409.
+ */
+export const scheduledRunName = (schedule: string, dueMs: number) => `${schedule}-${Math.floor(dueMs / 1000)}`
+
+/**
+ * The Run of one tick of a Schedule, the same whoever creates it: trigger
+ * type `schedule`, `triggered_by` the Schedule's name, the schedule's job (or
+ * the whole pipeline) and args; owned by the Pipeline so it goes with it.
+ */
+export function scheduledRun(
+  schedule: ScheduleObject,
+  pipeline: PipelineObject,
+  dueMs: number,
+  firedMs: number,
+): RunObject {
+  const scheduleName = schedule.metadata?.name ?? ""
+  const pipelineName = schedule.spec.pipelineRef.name
+  const trigger: RunTrigger = { type: "schedule", by: scheduleName, args: [...(schedule.spec.args ?? [])] }
+  if (schedule.spec.jobName !== undefined && schedule.spec.jobName !== "") trigger.jobs = [schedule.spec.jobName]
+  return {
+    apiVersion: runnelApiVersion,
+    kind: "Run",
+    metadata: {
+      name: scheduledRunName(scheduleName, dueMs),
+      labels: { [pipelineLabel]: pipelineName, [scheduleLabel]: scheduleName },
+      annotations: {
+        [scheduledRunAnnotations.dueAt]: new Date(dueMs).toISOString(),
+        [scheduledRunAnnotations.firedAt]: new Date(firedMs).toISOString(),
+      },
+      ownerReferences: [pipelineOwnerReference(pipeline)],
+    },
+    spec: { pipelineRef: { name: pipelineName }, trigger },
   }
 }
 

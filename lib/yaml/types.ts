@@ -74,7 +74,8 @@ export type Hooks = {
   readonly ensure?: Step
 }
 
-export type Schedule = { readonly cron: string } | { readonly every: string }
+/** `timeZone`: an IANA name for the cron expression; UTC when absent (or a `CRON_TZ=` prefix). */
+export type Schedule = { readonly cron: string; readonly timeZone?: string } | { readonly every: string }
 
 export type Job = Hooks & {
   readonly at: SourceAt
