@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto"
 import { afterAll, describe, expect, it } from "vitest"
-import { call, eventually, kubectl, kubectlWithInput, serverProcesses } from "./server-process.ts"
+import { call, kubectl, kubectlWithInput, runToEnd, serverProcesses } from "./server-process.ts"
 
 // `runnel server --secrets-backend kubernetes` on its embedded API: secrets kept as core Secrets, applied
 // with kubectl as External Secrets or Sealed Secrets would, resolved into a run and redacted.
@@ -52,14 +52,8 @@ describe("secrets kept as Kubernetes Secrets", () => {
       keys: ["API_TOKEN", "DEPLOY_TOKEN"],
     })
 
-    const trigger = await call(server.url, "POST", "/api/pipelines/deploy/trigger")
-    const run = await eventually(
-      () => call(server.url, "GET", `/api/runs/${trigger.body.run_id}`),
-      (answer) => ["success", "failure", "error"].includes(answer.body.status),
-      "the run finishes",
-    )
-    expect(run.body).toMatchObject({ status: "success" })
-    const tasks = (await call(server.url, "GET", `/api/runs/${trigger.body.run_id}/tasks`)).body
+    const { run, tasks } = await runToEnd(server.url, "deploy")
+    expect(run).toMatchObject({ status: "success" })
     expect(tasks[0].stdout).toBe(
       `own=***REDACTED*** global=***REDACTED*** api=***REDACTED***\n${sha(pipelineValue + globalValue + apiValue)}  -\n`,
     )
@@ -81,14 +75,9 @@ describe("secrets kept as Kubernetes Secrets", () => {
       "-",
     )
     await call(server.url, "PUT", "/api/pipelines/tls", { content })
-    const trigger = await call(server.url, "POST", "/api/pipelines/tls/trigger")
-    const run = await eventually(
-      () => call(server.url, "GET", `/api/runs/${trigger.body.run_id}`),
-      (answer) => ["success", "failure", "error"].includes(answer.body.status),
-      "the run finishes",
-    )
-    expect(run.body.status).toBe("error")
-    expect(run.body.error_message).toMatch(
+    const { run } = await runToEnd(server.url, "tls")
+    expect(run.status).toBe("error")
+    expect(run.error_message).toMatch(
       /Secret "certs" in namespace "default" has the key "tls.crt", which is not a valid environment variable name/,
     )
     // Nothing lost: the Secret is as it was applied.

@@ -6,7 +6,7 @@ import { CreateBucketCommand, S3Client } from "@aws-sdk/client-s3"
 import S3rver from "s3rver"
 import { afterAll, beforeAll, expect, it } from "vitest"
 import { describeDocker } from "./docker.ts"
-import { call, eventually, serverProcesses } from "./server-process.ts"
+import { call, eventually, runToEnd, serverProcesses } from "./server-process.ts"
 
 // `runnel server --secrets-s3-bucket ...` against s3rver on loopback: secrets set over the REST API and
 // with --secret land in the bucket sealed, and a container task gets them in its environment, redacted.
@@ -94,16 +94,8 @@ describeDocker("secrets in an S3 bucket", () => {
     expect(put.status).toBe(201)
     expect((await call(server.url, "GET", "/api/pipelines/s3-secrets/secrets")).body).toEqual({ keys: ["OWN_TOKEN"] })
 
-    const trigger = await call(server.url, "POST", "/api/pipelines/s3-secrets/trigger")
-    expect(trigger.status).toBe(202)
-    const run = await eventually(
-      () => call(server.url, "GET", `/api/runs/${trigger.body.run_id}`),
-      (answer) => ["success", "failure", "error"].includes(answer.body.status),
-      "the run finishes",
-      120_000,
-    )
-    expect(run.body.status).toBe("success")
-    const tasks = (await call(server.url, "GET", `/api/runs/${trigger.body.run_id}/tasks`)).body
+    const { run, tasks } = await runToEnd(server.url, "s3-secrets", 120_000)
+    expect(run.status).toBe("success")
     expect(tasks[0].stdout).toBe(
       `in a container\nown=***REDACTED*** global=***REDACTED***\n${sha(pipelineValue)}  -\n${sha(globalValue)}  -\n`,
     )
@@ -139,17 +131,12 @@ describeDocker("secrets in an S3 bucket", () => {
 }
 `
     expect((await call(second.url, "PUT", "/api/pipelines/rotated", { content })).status).toBe(201)
-    const trigger = await call(second.url, "POST", "/api/pipelines/rotated/trigger")
-    const run = await eventually(
-      () => call(second.url, "GET", `/api/runs/${trigger.body.run_id}`),
-      (answer) => ["success", "failure", "error"].includes(answer.body.status),
-      "the run finishes",
-    )
-    expect(run.body.status).toBe("error")
-    expect(run.body.error_message).toMatch(
+    const { run } = await runToEnd(second.url, "rotated")
+    expect(run.status).toBe("error")
+    expect(run.error_message).toMatch(
       /secret "G_TOKEN" in scope "global" cannot be decrypted: the passphrase changed since it was stored/,
     )
-    expect(run.body.error_message).not.toContain("g-value-1")
+    expect(run.error_message).not.toContain("g-value-1")
   }, 60_000)
 
   it("warn at start without a passphrase, and refuse to start on a bucket that does not exist", async () => {

@@ -85,6 +85,23 @@ export async function eventually<T>(
   }
 }
 
+/** Triggers pipeline `name` and waits until its run ends; the run as GET /api/runs/:id shows it, and its tasks. */
+export async function runToEnd(
+  base: string,
+  name: string,
+  timeoutMs = 30_000,
+): Promise<{ run: Answer["body"]; tasks: Answer["body"] }> {
+  const trigger = await call(base, "POST", `/api/pipelines/${name}/trigger`)
+  if (trigger.status !== 202) throw new Error(`trigger answered ${trigger.status}: ${JSON.stringify(trigger.body)}`)
+  const run = await eventually(
+    () => call(base, "GET", `/api/runs/${trigger.body.run_id}`),
+    (answer) => ["success", "failure", "error"].includes(answer.body.status),
+    "the run finishes",
+    timeoutMs,
+  )
+  return { run: run.body, tasks: (await call(base, "GET", `/api/runs/${trigger.body.run_id}/tasks`)).body }
+}
+
 /** A script pipeline with one native task running `shell`. */
 export const script = (shell: string) =>
   `export const pipeline = async () => {\n  await runtime.run({ name: "step", image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] } })\n}\n`
