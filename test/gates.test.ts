@@ -1,9 +1,9 @@
-import { execFile, spawn } from "node:child_process"
+import { spawn } from "node:child_process"
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { root, runnel, runnelBin } from "./cli.ts"
-import { type Answer, call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
+import { type Answer, call, eventually, kubectl, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // Approval gates (issue 15) through a real `runnel server` in its own process, the native driver,
 // over HTTP as a person would use them: a script waits, a person approves, rejects, or lets it expire.
@@ -468,20 +468,12 @@ describe("a run waiting on a gate", () => {
   it("is approved with kubectl patch on spec.decision, which the operator copies into the status", async () => {
     const server = await servers.start(gatesOn)
     const api = apiOf(server)
-    const kubectl = (...args: string[]) =>
-      new Promise<string>((resolve, reject) =>
-        execFile(
-          "kubectl",
-          ["--server", `${server.url}/k8s`, "--cache-dir", join(servers.dir, "kube-cache"), ...args],
-          { env: { ...process.env, KUBECONFIG: join(servers.dir, "no-kubeconfig") }, timeout: 20_000 },
-          (error, stdout, stderr) => (error === null ? resolve(stdout) : reject(new Error(stderr))),
-        ),
-      )
     try {
       const runId = await trigger(api, "kubectl-approved", gated(`{ name: "deploy" }`))
       const [gate] = await gatesOf(api, runId)
-      expect(await kubectl("get", "gates")).toMatch(new RegExp(`${gate.id}\\s+${runId}\\s+deploy\\s+pending`))
+      expect(await kubectl(server, "get", "gates")).toMatch(new RegExp(`${gate.id}\\s+${runId}\\s+deploy\\s+pending`))
       await kubectl(
+        server,
         "patch",
         "gate",
         gate.id,
@@ -514,7 +506,16 @@ describe("a run waiting on a gate", () => {
       ])
       // A decision is final: a second patch is refused by the resource's schema, and REST answers 409.
       await expect(
-        kubectl("patch", "gate", gate.id, "--type", "merge", "-p", '{"spec":{"decision":{"phase":"rejected"}}}'),
+        kubectl(
+          server,
+          "patch",
+          "gate",
+          gate.id,
+          "--type",
+          "merge",
+          "-p",
+          '{"spec":{"decision":{"phase":"rejected"}}}',
+        ),
       ).rejects.toThrow(/spec.decision is final once made/)
       expect((await api("POST", `/api/gates/${gate.id}/reject`)).status).toBe(409)
     } finally {
