@@ -10,10 +10,11 @@ import { type Authorize, openAccess } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
-import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
+import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
 import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
+import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
@@ -31,6 +32,7 @@ export type ApiServerDeps = {
     RunRoutesDeps["resources"] &
     EventRoutesDeps["resources"] &
     WebhookRoutesDeps["resources"] &
+    GateRoutesDeps["resources"] &
     ScheduleRoutesDeps["resources"]
   /** The same resources as the watch keeps them, with this server's writes applied at once. */
   index: Pick<ResourceIndex, "pipelines" | "runs">
@@ -81,6 +83,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     scheduleRoutes(deps),
     eventRoutes(deps),
     webhookRoutes(deps),
+    gateRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
@@ -119,12 +122,16 @@ export async function startApiServer(
 ): Promise<{ callback: ReturnType<Koa["callback"]>; stop(): Promise<void> }> {
   const own = new OwnWrites()
   const resources = new ResourceClient(deps.kubeConfig, deps.namespace)
+  let pipelines: ResourceIndex["pipelines"] | undefined
+  const pipelineId = (name: string) => pipelines?.get(name)?.metadata?.uid ?? ""
   const index = await startResourceIndex({
     kubeConfig: deps.kubeConfig,
     client: resources,
     log: deps.log,
     pipelineHandlers: auditForeignChanges(deps.audit, own),
+    ...(deps.features.includes("gates") ? { gateHandlers: auditForeignDecisions(deps.audit, own, pipelineId) } : {}),
   })
+  pipelines = index.pipelines
   const app = createApiServer({ ...deps, resources, index, own })
   return { callback: app.callback(), stop: () => index.stop() }
 }

@@ -7,6 +7,8 @@ export type AuditEvent =
   | "pipeline.rbac.update"
   | "run.trigger"
   | "run.stop"
+  | "gate.approved"
+  | "gate.rejected"
 
 /**
  * One audit entry: who changed which pipeline. `actor` is `<provider>:<user>`,
@@ -19,8 +21,10 @@ export type AuditEntry = {
   readonly actor: string
   readonly old?: string | null
   readonly new?: string | null
-  /** The run a `run.*` event started or stopped. */
-  readonly run_id?: string
+  /** `gate.*`: the gate's id, its run and the approver's comment; `run.*`: the run started or stopped. */
+  readonly gate?: string
+  readonly run?: string
+  readonly comment?: string
   /** Where the request came from when not the REST API: `mcp`. */
   readonly via?: string
 }

@@ -144,7 +144,13 @@ async function sandboxStart() {
   ).join("\n")
   const source = `${helpers}\nexport const pipeline = async () => {\n  const names: string[] = []\n  names.push(step0({ name: "a", n: 1 }))\n  assert.equal(names.length, 1)\n}\n`
   const lines = source.split("\n").length
-  const host = { runTask: async () => ({}), console: () => {}, respond: () => false, webhookTrigger: () => true }
+  const host = {
+    runTask: async () => ({}),
+    console: () => {},
+    respond: () => false,
+    webhookTrigger: () => true,
+    gate: async () => ({}),
+  }
   const globals = { pipelineContext: {}, request: undefined }
   const limits = { memoryMb: 128, timeoutMs: 60_000 }
   const once = async () => {

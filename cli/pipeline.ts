@@ -216,7 +216,7 @@ async function pipelineBody(file: string, flags: Readonly<Record<string, unknown
   return body
 }
 
-function table(rows: readonly (readonly string[])[]): string {
+export function table(rows: readonly (readonly string[])[]): string {
   const widths = rows[0]?.map((_, column) => Math.max(...rows.map((row) => (row[column] ?? "").length))) ?? []
   return rows
     .map((row) =>

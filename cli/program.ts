@@ -90,9 +90,9 @@ fire.action(async (target: string, options: Options) => {
 })
 
 const pipeline = program.command("pipeline").description("store, trigger and list pipelines on a runnel server")
-/** `runnel pipeline NAME`: its own options and the client flags. */
-function client(name: string, description: string, own: readonly Option[] = []): Command {
-  const command = pipeline.command(name).description(description)
+/** `runnel GROUP NAME` (pipeline by default): its own options and the client flags. */
+function client(name: string, description: string, own: readonly Option[] = [], group: Command = pipeline): Command {
+  const command = group.command(name).description(description)
   for (const option of own) {
     if (option.repeatable) {
       command.option(option.syntax, option.description, collect)
@@ -166,6 +166,38 @@ for (const [action, description] of [
     .action(async (name: string, options: Options) => {
       const api = clientOf(options)
       await (await pipelineCommands()).changePipeline(api, action, name)
+    })
+}
+
+const gate = program.command("gate").description("list, approve and reject the approval gates runs wait on")
+const gateCommands = () => import("./gate.ts")
+
+client(
+  "ls",
+  "list a run's gates, or every pending gate",
+  [{ syntax: "--json", description: "the gate objects as JSON" }],
+  gate,
+)
+  .argument("[run]", "a run's id; without it, the pending gates of every run")
+  .action(async (run: string | undefined, options: Options) => {
+    const api = clientOf(options)
+    await (await gateCommands()).listGates(api, run, options.json === true)
+  })
+
+for (const action of ["approve", "reject"] as const) {
+  client(
+    action,
+    action === "approve"
+      ? "approve a pending gate: the run waiting on it goes on"
+      : "reject a pending gate: the run's gate call fails (a YAML gate step fails)",
+    [{ syntax: "-m, --comment <COMMENT>", description: "why, recorded with the decision" }],
+    gate,
+  )
+    .argument("<id>", "the gate's id (runnel gate ls)")
+    .action(async (id: string, options: Options) => {
+      const api = clientOf(options)
+      const comment = typeof options.comment === "string" ? options.comment : undefined
+      await (await gateCommands()).decideGate(api, action, id, comment)
     })
 }
 

@@ -2,11 +2,12 @@ import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
 import { type Informer, type InformerHandlers, startInformer } from "../lib/kube/informer.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
-import type { PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
+import type { GateObject, PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
+import { GateKeeper } from "./gate-keeper.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
 import { RunReconciler } from "./run-reconciler.ts"
 import { ScheduleReconciler } from "./schedule-reconciler.ts"
@@ -21,6 +22,8 @@ export type OperatorOptions = {
   readonly secrets: RunSecrets
   /** The `webhooks` feature, on unless said otherwise: off, runs get no webhook data or response channel. */
   readonly webhooks?: boolean
+  /** The `gates` feature, off unless said: off, pipelines' gates fail and no Gate is watched. */
+  readonly gates?: boolean
   /** The `schedules` feature, off unless said otherwise: off, Schedules are kept and listed but never fire. */
   readonly schedules?: boolean
   /** Cronjob mode (`--schedules-mode cronjob`): five-field cron Schedules become CronJobs running this image. */
@@ -63,6 +66,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   const pipelineReconciler = new PipelineReconciler({ client, log })
   let pipelineInformer: Informer<PipelineObject> | undefined
   const pipelines = { get: (name: string) => pipelineInformer?.get(name) }
+  const gateKeeper = options.gates === true ? new GateKeeper({ client, log }) : undefined
   const scheduleReconciler = new ScheduleReconciler({
     client,
     pipelines,
@@ -77,6 +81,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     store: options.store,
     secrets: options.secrets,
     webhooks: options.webhooks ?? true,
+    ...(gateKeeper === undefined ? {} : { gates: gateKeeper }),
     drivers,
     defaultDriver: options.defaultDriver,
     limits: options.limits,
@@ -107,7 +112,10 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   pipelineReconciler.attach(pipelineInformer)
   /** An informer of one more kind; if it cannot start, those already started are stopped. */
   const started: Informer<unknown>[] = [pipelineInformer]
-  const watch = async <T extends KubernetesObject>(plural: "runs" | "schedules", handlers: InformerHandlers<T>) => {
+  const watch = async <T extends KubernetesObject>(
+    plural: "runs" | "schedules" | "gates",
+    handlers: InformerHandlers<T>,
+  ) => {
     try {
       const informer = await startInformer<T>({
         kubeConfig: options.kubeConfig,
@@ -128,6 +136,15 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     changed: (schedule) => scheduleReconciler.changed(schedule),
     deleted: (schedule) => scheduleReconciler.deleted(schedule),
   })
+  // Gates before Runs: a resumed run finds its gate in the cache.
+  const gateInformer =
+    gateKeeper === undefined
+      ? undefined
+      : await watch<GateObject>("gates", {
+          changed: (gate) => gateKeeper.changed(gate),
+          deleted: (gate) => gateKeeper.deleted(gate),
+        })
+  if (gateInformer !== undefined) gateKeeper?.attach(gateInformer)
   const runInformer = await watch<RunObject>("runs", {
     changed: (run) => runs.changed(run),
     deleted: (run) => runs.deleted(run),
@@ -150,6 +167,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
         await scheduleInformer.stop()
         await runs.drain(graceMs)
         await runInformer.stop()
+        await gateInformer?.stop()
         await pipelineInformer?.stop()
         await pipelineReconciler.idle()
         await drivers.close()

@@ -257,8 +257,8 @@ describe("MCP at POST /mcp", () => {
       .filter((line) => line.includes('"kind":"audit"') && line.includes(run_id))
       .map((line) => JSON.parse(line))
     expect(audit).toEqual([
-      expect.objectContaining({ msg: "run.trigger", pipeline: "waits", actor: "anonymous", via: "mcp", run_id }),
-      expect.objectContaining({ msg: "run.stop", pipeline: "waits", actor: "anonymous", via: "mcp", run_id }),
+      expect.objectContaining({ msg: "run.trigger", pipeline: "waits", actor: "anonymous", via: "mcp", run: run_id }),
+      expect.objectContaining({ msg: "run.stop", pipeline: "waits", actor: "anonymous", via: "mcp", run: run_id }),
     ])
     const again = await tool("stop_run", { run_id })
     expect(again.isError).toBe(true)

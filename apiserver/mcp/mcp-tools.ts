@@ -320,7 +320,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
           pipeline: nameOf(found),
           pipeline_id: found.metadata?.uid ?? "",
           actor: access.actor,
-          run_id: nameOf(run),
+          run: nameOf(run),
           via: "mcp",
         })
         return { run_id: nameOf(run) }
@@ -340,7 +340,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
           pipeline: run.spec.pipelineRef.name,
           pipeline_id: pipeline?.metadata?.uid ?? "",
           actor: access.actor,
-          run_id: nameOf(run),
+          run: nameOf(run),
           via: "mcp",
         })
         return reads.runView(stopped)

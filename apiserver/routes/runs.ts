@@ -1,5 +1,5 @@
 import Router from "@koa/router"
-import { badRequest, featureDisabled, notFound } from "../../lib/core/errors.ts"
+import { badRequest, notFound } from "../../lib/core/errors.ts"
 import { runStatuses } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { RunObject } from "../../lib/kube/resources.ts"
@@ -13,12 +13,10 @@ export type RunRoutesDeps = {
   resources: Pick<ResourceClient, "getRun" | "patchRun">
   index: Pick<ResourceIndex, "pipelines" | "runs">
   logs: Pick<LogStore, "tasks" | "output">
-  /** The enabled feature names: gates answer only when `gates` is one. */
-  features: readonly string[]
 }
 
 /** Runs over the Run resource, their tasks' output from the log store (contract.md sections 4 and 7). */
-export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): Router {
+export function runRoutes({ resources, index, logs }: RunRoutesDeps): Router {
   const router = new Router()
   const pipelineIds = () => new Map(index.pipelines.list().map((p) => [p.metadata?.name ?? "", p.metadata?.uid ?? ""]))
   const found = async (id: string) => {
@@ -57,15 +55,6 @@ export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): 
     ctx.body = taskRecords(run, logs).map((task) =>
       taskView(task, logs.output(id, task.path, "stdout"), logs.output(id, task.path, "stderr")),
     )
-  })
-
-  router.get("/api/runs/:id/gates", async (ctx) => {
-    if (!features.includes("gates")) {
-      throw featureDisabled("gates")
-    }
-    await found(ctx.params.id ?? "")
-    // Gates arrive with their own issue; until then no run has any.
-    ctx.body = []
   })
 
   router.post("/api/runs/:id/stop", async (ctx) => {

@@ -15,6 +15,7 @@ import { RunnelError } from "../core/errors.ts"
 import {
   defaultWebhookSecretKey,
   derivedScheduleLabel,
+  type GateObject,
   type PipelineObject,
   pipelineLabel,
   pipelineOwnerReference,
@@ -22,6 +23,7 @@ import {
   type RunObject,
   type RunStatusFields,
   resourcePath,
+  runLabel,
   runnelApiVersion,
   runnelGroup,
   runnelVersion,
@@ -193,6 +195,48 @@ export class ResourceClient {
   /** `false` when it was already gone. */
   deleteSchedule(name: string): Promise<boolean> {
     return this.#delete("schedules", name)
+  }
+
+  getGate(name: string): Promise<GateObject | undefined> {
+    return ifGone(this.#objects.getNamespacedCustomObject({ ...this.#where("gates"), name }))
+  }
+
+  /** The Gates of one Run (label `runnel.dev/run`), or of every run. */
+  async listGates(run?: string): Promise<GateObject[]> {
+    const list = (await this.#objects.listNamespacedCustomObject({
+      ...this.#where("gates"),
+      ...(run === undefined ? {} : { labelSelector: `${runLabel}=${run}` }),
+    })) as KubernetesListObject<GateObject>
+    return list.items
+  }
+
+  createGate(gate: GateObject): Promise<GateObject> {
+    return this.#objects.createNamespacedCustomObject({ ...this.#where("gates"), body: gate })
+  }
+
+  /**
+   * Writes a person's decision into `spec.decision`, guarded by the
+   * resourceVersion the caller read: a gate decided or resolved meanwhile is a 409.
+   */
+  decideGate(gate: GateObject, decision: NonNullable<GateObject["spec"]["decision"]>): Promise<GateObject | undefined> {
+    const body = { metadata: { resourceVersion: gate.metadata?.resourceVersion }, spec: { decision } }
+    return ifGone(
+      this.#objects.patchNamespacedCustomObject(
+        { ...this.#where("gates"), name: gate.metadata?.name ?? "", body },
+        merge,
+      ),
+    )
+  }
+
+  /** The operator's write of a gate's status, guarded like decideGate: two outcomes never both land. */
+  patchGateStatus(gate: GateObject, status: NonNullable<GateObject["status"]>): Promise<GateObject | undefined> {
+    const body = { metadata: { resourceVersion: gate.metadata?.resourceVersion }, status }
+    return ifGone(
+      this.#objects.patchNamespacedCustomObjectStatus(
+        { ...this.#where("gates"), name: gate.metadata?.name ?? "", body },
+        merge,
+      ),
+    )
   }
 
   /** Creates the CronJob, or replaces its spec when it differs (a Schedule's mirror in cronjob mode). */

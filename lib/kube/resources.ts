@@ -217,6 +217,14 @@ export function scheduledRun(
 /** `status.phase` of a Gate; absent means pending. */
 export type GatePhase = "pending" | "approved" | "rejected" | "expired"
 
+/** A person's decision on a Gate (`spec.decision`): final once written; the operator copies it into the status. */
+export type GateDecision = {
+  phase: "approved" | "rejected"
+  /** Who decided; the operator records `kubectl` when absent. */
+  by?: string
+  comment?: string
+}
+
 /** An approval a running pipeline waits on (crds/gates.runnel.dev.yaml), owned by its Run. */
 export type GateObject = KubernetesObject & {
   spec: {
@@ -227,13 +235,42 @@ export type GateObject = KubernetesObject & {
     message?: string
     /** A Go-style duration counted from the gate's creation; absent, it waits until resolved. */
     timeout?: string
+    /** A CEL expression over the user that a REST approver must satisfy, beside the pipeline's RBAC. */
+    approvers?: string
+    decision?: GateDecision
   }
   status?: {
     phase?: GatePhase
     resolvedAt?: string | null
     /** `<provider>:<user>`; empty while pending or when it expired. */
     resolvedBy?: string
+    comment?: string
   }
+}
+
+/** The label on Gates that names their Run. */
+export const runLabel = "runnel.dev/run"
+
+/** Annotations on a Gate: its creation time to the millisecond (creationTimestamp has whole seconds), for expiry. */
+export const gateAnnotations = { createdAt: "runnel.dev/created-at" } as const
+
+/** The id (metadata.name) of a run's `n`th gate, counted from 1 in the order the pipeline asks for them. */
+export const gateId = (runName: string, n: number) => `${runName}-gate-${n}`
+
+export const isFinalGate = (gate: GateObject) => (gate.status?.phase ?? "pending") !== "pending"
+
+/** When the gate was created, in epoch milliseconds: what its timeout counts from. */
+export function gateCreatedAt(gate: GateObject): number {
+  const precise = Date.parse(gate.metadata?.annotations?.[gateAnnotations.createdAt] ?? "")
+  if (!Number.isNaN(precise)) return precise
+  return Date.parse(String(gate.metadata?.creationTimestamp ?? "")) || Date.now()
+}
+
+/** The owner reference that ties a Gate to its Run, so that Kubernetes deletes it with the Run. */
+export function runOwnerReference(run: {
+  readonly metadata?: { readonly name?: string; readonly uid?: string }
+}): V1OwnerReference {
+  return { apiVersion: runnelApiVersion, kind: "Run", name: run.metadata?.name ?? "", uid: run.metadata?.uid ?? "" }
 }
 
 /**

@@ -138,7 +138,7 @@ const hookKeys = [
   ["on_abort", "onAbort"],
   ["ensure", "ensure"],
 ] as const
-const stepKinds = ["task", "get", "put", "load_var", "set_pipeline", "do", "try", "in_parallel"] as const
+const stepKinds = ["task", "get", "put", "load_var", "set_pipeline", "gate", "do", "try", "in_parallel"] as const
 const modifierKeys = ["timeout", "attempts", "tags", "across", ...hookKeys.map(([key]) => key)] as const
 const stepKeys: Record<StepKind, readonly string[]> = {
   task: [
@@ -158,6 +158,7 @@ const stepKeys: Record<StepKind, readonly string[]> = {
   put: ["put", "resource", "params", "inputs", "get_params", "no_get"],
   load_var: ["load_var", "file", "format", "reveal"],
   set_pipeline: ["set_pipeline", "file", "vars", "var_files"],
+  gate: ["gate", "message", "approvers"],
   do: ["do"],
   try: ["try"],
   in_parallel: ["in_parallel"],
@@ -434,6 +435,8 @@ class PipelineReader {
         return this.#loadVar(node, kindNode, common)
       case "set_pipeline":
         return this.#setPipeline(node, kindNode, common)
+      case "gate":
+        return this.#gate(node, kindNode, common)
       case "do": {
         if (kindNode === undefined) return c.problem(node, "do needs a list of steps")
         const steps = (c.list(kindNode) ?? []).flatMap((item) => this.#step(item, depth + 1) ?? [])
@@ -613,6 +616,24 @@ class PipelineReader {
     const reveal = c.boolean(c.child(node, "reveal"))
     if (name === undefined || file === undefined) return undefined
     return { kind: "load_var", name, file, ...(format === undefined ? {} : { format }), reveal, ...common }
+  }
+
+  /** `gate: NAME` with `message` and `approvers`; its `timeout` is the common modifier, counted from the gate's creation. */
+  #gate(node: Node, kindNode: Node | undefined, common: StepCommon): Step | undefined {
+    const c = this.#c
+    const name = this.#stepName(node, kindNode, "gate")
+    const messageNode = c.child(node, "message")
+    const message = messageNode === undefined ? undefined : c.string(messageNode)
+    const approversNode = c.child(node, "approvers")
+    const approvers = approversNode === undefined ? undefined : c.string(approversNode)
+    if (name === undefined) return undefined
+    return {
+      kind: "gate",
+      name,
+      ...(message === undefined ? {} : { message }),
+      ...(approvers === undefined ? {} : { approvers }),
+      ...common,
+    }
   }
 
   #setPipeline(node: Node, kindNode: Node | undefined, common: StepCommon): Step | undefined {

@@ -180,6 +180,15 @@ export type SetPipelineStep = StepCommon & {
   readonly varFiles: readonly string[]
 }
 
+/** An approval gate: the job waits until a person approves (success) or rejects it, or its timeout passes (failure). */
+export type GateStep = StepCommon & {
+  readonly kind: "gate"
+  readonly name: string
+  readonly message?: string
+  /** A CEL expression over the user that an approver must satisfy. */
+  readonly approvers?: string
+}
+
 export type DoStep = StepCommon & { readonly kind: "do"; readonly steps: readonly Step[] }
 export type TryStep = StepCommon & { readonly kind: "try"; readonly step: Step }
 export type InParallelStep = StepCommon & {
@@ -190,7 +199,16 @@ export type InParallelStep = StepCommon & {
   readonly failFast: boolean
 }
 
-export type Step = TaskStep | GetStep | PutStep | LoadVarStep | SetPipelineStep | DoStep | TryStep | InParallelStep
+export type Step =
+  | TaskStep
+  | GetStep
+  | PutStep
+  | LoadVarStep
+  | SetPipelineStep
+  | GateStep
+  | DoStep
+  | TryStep
+  | InParallelStep
 export type StepKind = Step["kind"]
 
 export type ImageResource = {

@@ -207,9 +207,29 @@ jobs:
     ])
   })
 
+  it("reads a gate step with its message, approvers and timeout, and refuses a malformed one", () => {
+    const plan = parseYamlPipeline(
+      base("  - gate: prod\n    message: ship?\n    timeout: 1h\n    approvers: '\"release\" in Groups'\n"),
+    ).jobs[0]?.plan
+    expect(plan?.[1]).toMatchObject({
+      kind: "gate",
+      name: "prod",
+      message: "ship?",
+      timeout: "1h",
+      approvers: '"release" in Groups',
+    })
+    expect(messageOf(base("  - gate: prod\n    message: 5\n"))).toMatch(
+      /^jobs\[0\]\.plan\[1\]\.message: must be a string/,
+    )
+    expect(messageOf(base("  - gate: prod\n    mesage: hi\n"))).toMatch(
+      /unknown key "mesage" in a gate step; did you mean "message"\?/,
+    )
+    expect(messageOf(base("  - gate: prod\n    timeout: soon\n"))).toMatch(/timeout/)
+  })
+
   it("refuses a step without a kind, with a typo of one, or with two", () => {
     expect(messageOf(base("  - timeout: 5m\n"))).toBe(
-      "jobs[0].plan[1]: a step needs one of task, get, put, load_var, set_pipeline, do, try, in_parallel (line 8)",
+      "jobs[0].plan[1]: a step needs one of task, get, put, load_var, set_pipeline, gate, do, try, in_parallel (line 8)",
     )
     expect(messageOf(base("  - taks: unit\n"))).toBe(
       'jobs[0].plan[1].taks: unknown key "taks" in a step; did you mean "task"? (line 8)',
