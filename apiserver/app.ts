@@ -1,21 +1,25 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import Koa, { type Middleware } from "koa"
 import type { Feature } from "../lib/config/features.ts"
-import { RunnelError } from "../lib/core/errors.ts"
+import { shuttingDown } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
+import { type Authorize, openAccess } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
-import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
+import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
+import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
+import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
 import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
+import { type ScheduleRoutesDeps, scheduleRoutes } from "./routes/schedules.ts"
 import { type WebhookRoutesDeps, webhookRoutes } from "./routes/webhooks.ts"
 
 export type ApiServerDeps = {
@@ -27,13 +31,15 @@ export type ApiServerDeps = {
     PipelineSecretRoutesDeps["resources"] &
     RunRoutesDeps["resources"] &
     EventRoutesDeps["resources"] &
-    WebhookRoutesDeps["resources"]
+    WebhookRoutesDeps["resources"] &
+    GateRoutesDeps["resources"] &
+    ScheduleRoutesDeps["resources"]
   /** The same resources as the watch keeps them, with this server's writes applied at once. */
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
   secrets: SecretStore
   /** Task output, as the operator stores it. */
-  logs: Pick<LogStore, "tasks" | "output" | "readChunks" | "attach">
+  logs: Pick<LogStore, "tasks" | "output" | "readChunks" | "attach" | "outputPage" | "search">
   /** The driver of a pipeline stored without one. */
   defaultDriver: string
   /** The drivers a pipeline may name, resolved (no `*`). */
@@ -53,6 +59,10 @@ export type ApiServerDeps = {
   audit: AuditLog
   /** This server's Pipeline writes, for the audit of the watch. */
   own: OwnWrites
+  /** `--mcp-allow-actions`: MCP clients may trigger pipelines and stop runs. */
+  mcpAllowActions: boolean
+  /** Who a request's user is and what they may see; open access (everyone, everything) until authentication exists. */
+  authorize?: Authorize
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -61,6 +71,8 @@ export type ApiServerDeps = {
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
+  // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
+  app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining
   if (draining !== undefined) app.use(refuseWhileDraining(draining))
   app.use(jsonBody(deps.maxBodyBytes))
@@ -68,25 +80,34 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     pipelineRoutes(deps),
     pipelineSecretRoutes(deps),
     runRoutes(deps),
+    scheduleRoutes(deps),
     eventRoutes(deps),
     webhookRoutes(deps),
+    gateRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app
 }
 
+/**
+ * MCP at /mcp, loaded on its first request: the SDK takes about half a second to load on a busy
+ * machine, which no server start should wait for when no assistant may ever call.
+ */
+function lazyMcp(deps: McpEndpointDeps): Middleware {
+  let endpoint: Promise<Middleware> | undefined
+  return async (ctx, next) => {
+    if (ctx.path !== "/mcp") return next()
+    endpoint ??= import("./mcp/mcp-endpoint.ts").then(({ mcpEndpoint }) => mcpEndpoint(deps))
+    return (await endpoint)(ctx, next)
+  }
+}
+
 /** While the server shuts down, stopping runs and reading still work; nothing new starts or is stored. */
 function refuseWhileDraining(draining: () => boolean): Middleware {
   return async (ctx, next) => {
     const newWork = ctx.method === "PUT" || (ctx.method === "POST" && !/^\/api\/runs\/[^/]+\/stop$/.test(ctx.path))
-    if (newWork && draining()) {
-      throw new RunnelError(
-        503,
-        "shutting_down",
-        "the server is shutting down and takes no new work; try again once it is back",
-      )
-    }
+    if (newWork && draining()) throw shuttingDown()
     await next()
   }
 }
@@ -101,12 +122,16 @@ export async function startApiServer(
 ): Promise<{ callback: ReturnType<Koa["callback"]>; stop(): Promise<void> }> {
   const own = new OwnWrites()
   const resources = new ResourceClient(deps.kubeConfig, deps.namespace)
+  let pipelines: ResourceIndex["pipelines"] | undefined
+  const pipelineId = (name: string) => pipelines?.get(name)?.metadata?.uid ?? ""
   const index = await startResourceIndex({
     kubeConfig: deps.kubeConfig,
     client: resources,
     log: deps.log,
     pipelineHandlers: auditForeignChanges(deps.audit, own),
+    ...(deps.features.includes("gates") ? { gateHandlers: auditForeignDecisions(deps.audit, own, pipelineId) } : {}),
   })
+  pipelines = index.pipelines
   const app = createApiServer({ ...deps, resources, index, own })
   return { callback: app.callback(), stop: () => index.stop() }
 }

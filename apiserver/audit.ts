@@ -5,6 +5,10 @@ export type AuditEvent =
   | "pipeline.paused"
   | "pipeline.unpaused"
   | "pipeline.rbac.update"
+  | "run.trigger"
+  | "run.stop"
+  | "gate.approved"
+  | "gate.rejected"
 
 /**
  * One audit entry: who changed which pipeline. `actor` is `<provider>:<user>`,
@@ -17,6 +21,12 @@ export type AuditEntry = {
   readonly actor: string
   readonly old?: string | null
   readonly new?: string | null
+  /** `gate.*`: the gate's id, its run and the approver's comment; `run.*`: the run started or stopped. */
+  readonly gate?: string
+  readonly run?: string
+  readonly comment?: string
+  /** Where the request came from when not the REST API: `mcp`. */
+  readonly via?: string
 }
 
 /** Where audit entries go; `runnel server` writes each as one JSON line on stdout (docs/decisions.md). */

@@ -15,11 +15,21 @@ export function jsonBody(maxBytes: number): Middleware {
     // Webhooks take any body in any media type, read raw by their route: signatures are over the bytes.
     const raw = ctx.path.startsWith("/api/webhooks/")
     if (!raw && (ctx.method === "POST" || ctx.method === "PUT" || ctx.method === "PATCH")) {
-      ctx.state.body = parseJson(await rawBody(ctx.req, ctx.get("Content-Length"), maxBytes), ctx.get("Content-Type"))
+      const bytes = await rawBody(ctx.req, ctx.get("Content-Length"), maxBytes)
+      ctx.state.body = parseJson(
+        bytes,
+        ctx.get("Content-Type"),
+        expectedBodies.find(([path]) => path.test(ctx.path))?.[1],
+      )
     }
     await next()
   }
 }
+
+/** What a few small bodies must be, said after a body that is not JSON at all, so the message names the field. */
+const expectedBodies: readonly (readonly [RegExp, string])[] = [
+  [/^\/api\/schedules\/[^/]+\/enabled$/, '; send {"enabled": true} or {"enabled": false}'],
+]
 
 /** `application/json`, `application/<anything>+json`, or no Content-Type at all (taken as JSON). */
 function isJsonMediaType(contentType: string): boolean {
@@ -51,7 +61,7 @@ export async function rawBody(req: AsyncIterable<Buffer>, length: string, maxByt
   return Buffer.concat(chunks)
 }
 
-function parseJson(bytes: Buffer, contentType: string): unknown {
+function parseJson(bytes: Buffer, contentType: string, expected = ""): unknown {
   const text = bytes.toString("utf8")
   if (text.trim() === "") return undefined
   if (!isJsonMediaType(contentType)) {
@@ -65,7 +75,7 @@ function parseJson(bytes: Buffer, contentType: string): unknown {
   try {
     parsed = JSON.parse(text)
   } catch (error) {
-    throw badRequest(`the request body is not valid JSON: ${(error as Error).message}`)
+    throw badRequest(`the request body is not valid JSON: ${(error as Error).message}${expected}`)
   }
   if (depthExceeds(parsed, maxJsonDepth)) {
     throw badRequest(`the request body nests arrays and objects more than ${maxJsonDepth} levels deep`)

@@ -17,7 +17,7 @@ export function errorRenderer(log: Log): Middleware {
         throw new RunnelError(
           404,
           "no_route",
-          `no route for ${ctx.method} ${ctx.path}; the API's routes are under /api/pipelines, /api/runs, /api/features and /api/drivers`,
+          `no route for ${ctx.method} ${ctx.path}; the API's routes are under /api/pipelines, /api/runs, /api/schedules, /api/features and /api/drivers`,
         )
       }
       // @koa/router's allowedMethods answers 405 for a method a path does not take, and 501 for
@@ -28,7 +28,7 @@ export function errorRenderer(log: Log): Middleware {
           throw new RunnelError(
             404,
             "no_route",
-            `no route for ${ctx.method} ${ctx.path}; the API answers GET, HEAD, PUT, POST and DELETE under /api/pipelines, /api/runs, /api/features and /api/drivers`,
+            `no route for ${ctx.method} ${ctx.path}; the API answers GET, HEAD, PUT, POST and DELETE under /api/pipelines, /api/runs, /api/schedules, /api/features and /api/drivers`,
           )
         }
         throw new RunnelError(
@@ -48,6 +48,14 @@ export function errorRenderer(log: Log): Middleware {
       ctx.body = { error: message }
     }
   }
+}
+
+/**
+ * The same judgement for MCP, which answers in JSON-RPC rather than HTTP: the
+ * status and message a REST request would get, the cause of a 500 logged here.
+ */
+export function failureOf(error: unknown, log: Log, where: Readonly<Record<string, unknown>>) {
+  return responseOf(error, (cause) => log("api.error", { ...where, error: cause }))
 }
 
 function responseOf(error: unknown, logCause: (cause: string) => void): { status: number; message: string } {

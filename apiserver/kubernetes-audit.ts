@@ -1,5 +1,6 @@
 import { isDeepStrictEqual } from "node:util"
-import type { PipelineObject, PipelineSpec } from "../lib/kube/resources.ts"
+import type { KubernetesObject } from "@kubernetes/client-node"
+import type { GateObject, PipelineObject, PipelineSpec } from "../lib/kube/resources.ts"
 import { type AuditEntry, type AuditLog, kubernetesActor } from "./audit.ts"
 import type { IndexHandlers } from "./resource-index.ts"
 import { updatedAtAnnotation } from "./views.ts"
@@ -16,6 +17,7 @@ const rememberedLimit = 10_000
 export class OwnWrites {
   readonly #stamps = new Map<string, number>()
   readonly #deletes = new Set<string>()
+  readonly #decisions = new Set<string>()
 
   /** The updated-at stamp for a write of pipeline `name` about to be sent. */
   stamp(name: string): string {
@@ -43,6 +45,16 @@ export class OwnWrites {
 
   claimDelete(uid: string): boolean {
     return this.#deletes.delete(uid)
+  }
+
+  /** A decision on gate `name` about to be written by this server (it audits it itself). */
+  deciding(name: string): void {
+    this.#decisions.add(name)
+    if (this.#decisions.size > rememberedLimit) this.#decisions.delete(this.#decisions.values().next().value as string)
+  }
+
+  claimDecision(name: string): boolean {
+    return this.#decisions.delete(name)
   }
 }
 
@@ -82,9 +94,39 @@ export function auditForeignChanges(audit: AuditLog, own: OwnWrites): IndexHandl
   }
 }
 
+/**
+ * Audit entries for gate decisions made through the Kubernetes API
+ * (`kubectl patch gate … spec.decision`), as the watch sees them; decisions
+ * this server wrote are audited by its route, with the request's user.
+ */
+export function auditForeignDecisions(
+  audit: AuditLog,
+  own: OwnWrites,
+  pipelineId: (name: string) => string,
+): IndexHandlers<GateObject> {
+  return {
+    changed(before, after) {
+      const decision = after.spec.decision
+      if (decision === undefined || before?.spec.decision !== undefined) return
+      const name = after.metadata?.name ?? ""
+      if (own.claimDecision(name)) return
+      const pipeline = after.metadata?.labels?.["runnel.dev/pipeline"] ?? ""
+      audit({
+        event: decision.phase === "approved" ? "gate.approved" : "gate.rejected",
+        pipeline,
+        pipeline_id: pipelineId(pipeline),
+        actor: actorOf(after),
+        gate: name,
+        run: after.spec.runRef.name,
+        ...(decision.comment === undefined ? {} : { comment: decision.comment }),
+      })
+    },
+  }
+}
+
 /** The field manager of the newest write to the object itself (not its status), as a cluster records it. */
-function actorOf(pipeline: PipelineObject): string {
-  const writes = (pipeline.metadata?.managedFields ?? []).filter((entry) => entry.subresource === undefined)
+function actorOf(object: KubernetesObject): string {
+  const writes = (object.metadata?.managedFields ?? []).filter((entry) => entry.subresource === undefined)
   const newest = writes.sort((a, b) => String(b.time ?? "").localeCompare(String(a.time ?? "")))[0]
   return newest?.manager === undefined ? kubernetesActor : `${kubernetesActor}:${newest.manager}`
 }

@@ -2,7 +2,7 @@ import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import type { Log } from "../lib/core/log.ts"
 import { startInformer } from "../lib/kube/informer.ts"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
-import type { PipelineObject, RunnelPlural, RunObject } from "../lib/kube/resources.ts"
+import type { GateObject, PipelineObject, RunnelPlural, RunObject } from "../lib/kube/resources.ts"
 
 /**
  * The Pipelines and Runs of the namespace, kept current by list and watch, so
@@ -31,13 +31,15 @@ export async function startResourceIndex(options: {
   log: Log
   /** Told of every Pipeline change after the first list (the audit of changes made with kubectl). */
   pipelineHandlers?: IndexHandlers<PipelineObject>
+  /** Given (the `gates` feature on), Gates are followed too and every change after the first list told. */
+  gateHandlers?: IndexHandlers<GateObject>
 }): Promise<ResourceIndex> {
   const { kubeConfig, client, log } = options
   const pipelines = new ObjectIndex<PipelineObject>()
   const runs = new RunIndex()
   let listed = false
   const follow = async <T extends KubernetesObject>(
-    plural: Extract<RunnelPlural, "pipelines" | "runs">,
+    plural: Extract<RunnelPlural, "pipelines" | "runs" | "gates">,
     index: ObjectIndex<T>,
     handlers?: IndexHandlers<T>,
   ) =>
@@ -60,6 +62,9 @@ export async function startResourceIndex(options: {
   const informers = await Promise.all([
     follow("pipelines", pipelines, options.pipelineHandlers),
     follow<RunObject>("runs", runs),
+    ...(options.gateHandlers === undefined
+      ? []
+      : [follow("gates", new ObjectIndex<GateObject>(), options.gateHandlers)]),
   ])
   listed = true
   return {

@@ -1,5 +1,6 @@
 import { badRequest } from "../lib/core/errors.ts"
-import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import type { PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
 import { contentTypeOf } from "../lib/script/content-type.ts"
 
 /** Set on every write through this API: Kubernetes objects carry no update time of their own. */
@@ -46,6 +47,34 @@ export function runView(run: RunObject, pipelineIds: ReadonlyMap<string, string>
   }
 }
 
+/** A run's tasks without their output: from its status, or from the log store while the status has none yet. */
+export function taskRecords(run: RunObject, logs: Pick<LogStore, "tasks">) {
+  const fromStatus = run.status?.tasks ?? []
+  if (fromStatus.length > 0) return fromStatus
+  return logs.tasks(run.metadata?.name ?? "").map(({ path, name, status, code, startedAt, endedAt }) => ({
+    path,
+    name,
+    status,
+    code,
+    startedAt,
+    endedAt,
+  }))
+}
+
+/** The task object of contract.md section 4 around its output (already redacted when it was stored). */
+export function taskView(task: ReturnType<typeof taskRecords>[number], stdout: string, stderr: string) {
+  return {
+    path: task.path,
+    name: task.name,
+    status: task.status,
+    code: task.code,
+    stdout,
+    stderr,
+    started_at: task.startedAt,
+    ended_at: task.endedAt,
+  }
+}
+
 export type Page = { page: number; perPage: number }
 
 /** `?page=` (from 1) and `?per_page=` (1 to 100, default 20); anything else is a 400 saying so. */
@@ -86,4 +115,25 @@ export function queryString(query: Record<string, string | string[] | undefined>
   const value = query[name]
   if (Array.isArray(value)) throw badRequest(`?${name} is given ${value.length} times; give it once`)
   return value
+}
+
+/** The schedule object of interface.md ("Schedule"), plus its time zone and args; `pipelineId` is its pipeline's id. */
+export function scheduleView(schedule: ScheduleObject, pipelineId: string) {
+  const { metadata = {}, spec, status = {} } = schedule
+  const created = String(metadata.creationTimestamp ?? "")
+  return {
+    id: metadata.uid ?? "",
+    pipeline_id: pipelineId,
+    name: metadata.name ?? "",
+    schedule_type: spec.type,
+    schedule_expr: spec.expression,
+    job_name: spec.jobName ?? "",
+    time_zone: spec.type === "cron" ? spec.timeZone || "UTC" : null,
+    args: spec.args ?? [],
+    enabled: spec.enabled !== false,
+    last_run_at: status.lastRunAt ?? null,
+    next_run_at: status.nextRunAt ?? null,
+    created_at: created,
+    updated_at: metadata.annotations?.[updatedAtAnnotation] ?? created,
+  }
 }

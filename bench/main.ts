@@ -20,6 +20,7 @@ import { runInSandbox } from "../operator/engine/sandbox/sandbox.ts"
 import { runApiBench } from "./api.ts"
 import { benchCel } from "./cel.ts"
 import { rawTask } from "./docker-floor.ts"
+import { runMcpBench } from "./mcp.ts"
 import { median } from "./median.ts"
 import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
@@ -143,7 +144,13 @@ async function sandboxStart() {
   ).join("\n")
   const source = `${helpers}\nexport const pipeline = async () => {\n  const names: string[] = []\n  names.push(step0({ name: "a", n: 1 }))\n  assert.equal(names.length, 1)\n}\n`
   const lines = source.split("\n").length
-  const host = { runTask: async () => ({}), console: () => {}, respond: () => false, webhookTrigger: () => true }
+  const host = {
+    runTask: async () => ({}),
+    console: () => {},
+    respond: () => false,
+    webhookTrigger: () => true,
+    gate: async () => ({}),
+  }
   const globals = { pipelineContext: {}, request: undefined }
   const limits = { memoryMb: 128, timeoutMs: 60_000 }
   const once = async () => {
@@ -174,6 +181,8 @@ const sections = registry<{ name: string; docker: boolean; run(shared: Shared): 
   { name: "api", docker: false, run: () => runApiBench(line, reps) },
   { name: "run-list", docker: false, run: () => runListBench(line) },
   { name: "webhooks", docker: false, run: () => runWebhookBench(line) },
+  // 1 GiB takes minutes to store and index on two shared cores; BENCH_MCP_MB=1024 runs the issue's size.
+  { name: "mcp", docker: false, run: () => runMcpBench(line, Number(process.env.BENCH_MCP_MB ?? 256)) },
   {
     name: "cel",
     docker: false,

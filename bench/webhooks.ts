@@ -11,11 +11,11 @@ import { DatabaseSync } from "node:sqlite"
 import type { BenchLine } from "./operator.ts"
 import { startRunnelServer } from "./runnel-server.ts"
 
-const secret = "bench-webhook-secret"
+export const secret = "bench-webhook-secret"
 const body = JSON.stringify({ ref: "refs/heads/main", repository: { full_name: "runnel/bench" } })
 const signature = `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`
 const headers = { "Content-Type": "application/json", "X-GitHub-Event": "push", "X-Hub-Signature-256": signature }
-const responder = `export const pipeline = async () => {
+export const responder = `export const pipeline = async () => {
   http.respond({ status: 200, body: { ok: true } })
 }
 `
@@ -46,7 +46,11 @@ function startFloor(dir: string): Promise<Server> {
 }
 
 /** `count` requests, `concurrency` at a time: requests per second and the p99 latency. */
-async function load(url: string, count: number, concurrency: number): Promise<{ perSecond: number; p99: number }> {
+export async function load(
+  url: string,
+  count: number,
+  concurrency: number,
+): Promise<{ perSecond: number; p99: number }> {
   const latencies: number[] = []
   let next = 0
   const started = performance.now()

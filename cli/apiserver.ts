@@ -1,10 +1,9 @@
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
-import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
 import { closeHttp, httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
-import { onShutdownSignal } from "./operator.ts"
+import { onShutdownSignal, openSecretBackend } from "./operator.ts"
 import { configuredApiServer } from "./server.ts"
 
 /**
@@ -31,7 +30,7 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
     const kubeConfig = loadKubeConfig(settings.kube)
     const store = await opening
     // The operator stores the server's --secret values; the API server only opens the store.
-    secretStore = await openSqliteSecretStore(settings.secretStore)
+    secretStore = await openSecretBackend(settings, kubeConfig)
     api = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")
     front.ready(api.callback)
     warnOpenAccess(settings.http.host)

@@ -35,7 +35,7 @@ const probes = new Set(["/livez", "/readyz", "/health"])
 /**
  * A node:http server for a serving command: `routes` first (the embedded API
  * answers its own paths and returns true), then the probes, then the API under
- * /api once ready; anything else is a JSON 404 listing what it `serves`
+ * /api and MCP at /mcp once ready; anything else is a JSON 404 listing what it `serves`
  * besides the probes and the API. Requests node:http refuses itself are
  * answered in JSON too (answerClientErrors).
  */
@@ -44,13 +44,18 @@ export function httpFront(
 ): HttpFront {
   let phase: Phase = "starting"
   let api: Handler | undefined
-  const serves = ["/livez, /readyz and /health", "the REST API under /api", ...(options.serves ?? [])].join(", ")
+  const serves = [
+    "/livez, /readyz and /health",
+    "the REST API under /api",
+    "MCP at POST /mcp",
+    ...(options.serves ?? []),
+  ].join(", ")
   const http = createServer((req, res) => {
     if (options.routes?.(req, res)) return
     const path = (req.url ?? "/").split("?")[0] ?? "/"
     if (probes.has(path)) {
       probe(req, res, path, phase)
-    } else if (!/^\/api(\/|$)/.test(path)) {
+    } else if (!/^\/api(\/|$)/.test(path) && path !== "/mcp") {
       send(res, 404, { error: `no route for ${req.method} ${path}; this server answers ${serves}` })
     } else if (api === undefined) {
       // Before the API is mounted a request would meet no route (404) or half-open stores: say "not yet".

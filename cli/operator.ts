@@ -1,6 +1,7 @@
 import type { KubeConfig } from "@kubernetes/client-node"
-import type { OperatorSettings } from "../lib/config/operator.ts"
+import type { OperatorSettings, RoleSettings } from "../lib/config/operator.ts"
 import { errorMessage } from "../lib/core/errors.ts"
+import { openKubernetesSecretStore } from "../lib/kube/kubernetes-secret-store.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { globalScope, runSecrets, type SecretStore } from "../lib/secrets/secret-store.ts"
@@ -17,7 +18,7 @@ export async function operator(settings: OperatorSettings): Promise<void> {
   let secretStore: SecretStore | undefined
   let operator: Operator
   try {
-    secretStore = await openConfiguredSecretStore(settings)
+    secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
   } catch (error) {
     await secretStore?.close()
@@ -36,9 +37,10 @@ export async function operator(settings: OperatorSettings): Promise<void> {
 
 /** The secret store of the settings, with the server's --secret values stored in its global scope. */
 export async function openConfiguredSecretStore(
-  settings: Pick<OperatorSettings, "secretStore" | "secrets">,
+  settings: OperatorSettings,
+  kubeConfig: KubeConfig,
 ): Promise<SecretStore> {
-  const secrets = await openSqliteSecretStore(settings.secretStore)
+  const secrets = await openSecretBackend(settings, kubeConfig)
   try {
     if (Object.keys(settings.secrets).length > 0) await secrets.set(globalScope, settings.secrets)
   } catch (error) {
@@ -46,6 +48,47 @@ export async function openConfiguredSecretStore(
     throw error
   }
   return secrets
+}
+
+/**
+ * The secrets backend the settings choose: `--secrets-backend`, else S3 when
+ * its bucket is set (interface.md: it takes precedence over the embedded SQL
+ * one), else SQLite. Kubernetes Secrets are read through `kubeConfig`, the
+ * client the operator uses.
+ * The S3 SDK is loaded only when it is used.
+ */
+export async function openSecretBackend(
+  settings: Pick<RoleSettings, "secretStore" | "s3Secrets" | "secretsBackend" | "kubernetesGlobalSecret" | "namespace">,
+  kubeConfig: KubeConfig,
+): Promise<SecretStore> {
+  if (settings.secretsBackend === "kubernetes") {
+    return openKubernetesSecretStore({
+      kubeConfig,
+      namespace: settings.namespace,
+      globalSecret: settings.kubernetesGlobalSecret,
+    })
+  }
+  const s3 = settings.s3Secrets
+  if (settings.secretsBackend === "sqlite" || s3 === undefined) return openSqliteSecretStore(settings.secretStore)
+  const { openS3SecretStore } = await import("../lib/secrets/s3-secret-store.ts")
+  const store = await openS3SecretStore({
+    bucket: s3.bucket,
+    endpoint: s3.endpoint,
+    region: s3.region,
+    credentials: s3.credentials,
+    passphrase: s3.passphrase,
+    encryption:
+      s3.encryption?.mode === "sse-c"
+        ? { mode: "sse-c", customerKey: Buffer.from(s3.encryption.customerKey, "base64") }
+        : s3.encryption,
+    prefix: s3.prefix,
+  })
+  if (s3.passphrase === undefined) {
+    process.stderr.write(
+      `runnel: WARNING: secrets in bucket "${s3.bucket}" are stored without --secrets-s3-passphrase: their values rest only under the provider's encryption${s3.encryption === undefined ? " (none requested: see --secrets-s3-encrypt)" : ` (${s3.encryption.mode})`}, readable by anyone who can read the bucket\n`,
+    )
+  }
+  return store
 }
 
 /** The composition of the operator role: the registry's drivers, the secret store, the settings' limits. */
@@ -61,6 +104,12 @@ export function startConfiguredOperator(
     store,
     secrets: runSecrets(secretStore, settings.features.includes("secrets")),
     webhooks: settings.features.includes("webhooks"),
+    gates: settings.features.includes("gates"),
+    schedules: settings.features.includes("schedules"),
+    cronJobs:
+      settings.schedules.mode === "cronjob"
+        ? { image: settings.schedules.image, serviceAccount: settings.schedules.serviceAccount }
+        : undefined,
     drivers: async (name, config) => (await drivers.get(name).load(settings.host)).create(config),
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,

@@ -58,6 +58,61 @@ export async function changePipeline(api: ApiClient, action: "rm" | "pause" | "u
   process.stdout.write(`pipeline "${name}" ${action === "rm" ? "removed" : `${action}d`}\n`)
 }
 
+type ScheduleRow = {
+  id: string
+  name: string
+  schedule_type: string
+  schedule_expr: string
+  job_name: string
+  enabled: boolean
+  last_run_at: string | null
+  next_run_at: string | null
+}
+
+/** `pipeline schedule ls NAME`: the pipeline's schedules as a table, or as JSON. */
+export async function listSchedules(api: ApiClient, name: string, json: boolean) {
+  const schedules = await schedulesOf(api, name)
+  if (json) {
+    process.stdout.write(`${JSON.stringify(schedules, null, 2)}\n`)
+    return
+  }
+  process.stdout.write(
+    table([
+      ["NAME", "JOB", "TYPE", "EXPRESSION", "ENABLED", "LAST RUN", "NEXT RUN"],
+      ...schedules.map((s) => [
+        s.name,
+        s.job_name === "" ? "-" : s.job_name,
+        s.schedule_type,
+        s.schedule_expr,
+        s.enabled ? "yes" : "no",
+        s.last_run_at ?? "-",
+        s.next_run_at ?? "-",
+      ]),
+    ]),
+  )
+}
+
+/**
+ * `pipeline schedule pause|unpause NAME SCHEDULE`: SCHEDULE is the schedule's
+ * name, its id, or the job it runs (the name a YAML author knows).
+ */
+export async function enableSchedule(api: ApiClient, action: "pause" | "unpause", name: string, key: string) {
+  const schedules = await schedulesOf(api, name)
+  const schedule =
+    schedules.find((s) => s.name === key || s.id === key) ??
+    schedules.find((s) => s.job_name !== "" && s.job_name === key)
+  if (schedule === undefined) {
+    const known = schedules.map((s) => s.name).join(", ")
+    throw badRequest(`pipeline "${name}" has no schedule "${key}"; its schedules: ${known === "" ? "none" : known}`)
+  }
+  await api.call("PUT", `/api/schedules/${encodeURIComponent(schedule.id)}/enabled`, { enabled: action === "unpause" })
+  process.stdout.write(`schedule "${schedule.name}" of pipeline "${name}" ${action}d\n`)
+}
+
+async function schedulesOf(api: ApiClient, name: string): Promise<ScheduleRow[]> {
+  return (await api.call("GET", `/api/pipelines/${encodeURIComponent(name)}/schedules`)).body as ScheduleRow[]
+}
+
 /** Streams a new run's output to stdout and stderr; answers the run's exit code (130 when detached). */
 export async function runPipeline(
   api: ApiClient,
@@ -163,7 +218,7 @@ async function pipelineBody(file: string, flags: Readonly<Record<string, unknown
   return body
 }
 
-function table(rows: readonly (readonly string[])[]): string {
+export function table(rows: readonly (readonly string[])[]): string {
   const widths = rows[0]?.map((_, column) => Math.max(...rows.map((row) => (row[column] ?? "").length))) ?? []
   return rows
     .map((row) =>

@@ -4,6 +4,7 @@ import { clientFlags, clientSettings } from "../lib/config/client.ts"
 import { type FlagSpec, parseKeyValues } from "../lib/config/flags.ts"
 import { operatorFlags, operatorSettings } from "../lib/config/operator.ts"
 import { runnerFlags, runnerSettings } from "../lib/config/runner.ts"
+import { scheduleFireFlags, scheduleFireSettings } from "../lib/config/schedule-fire.ts"
 import { serverFlags, serverSettings } from "../lib/config/server.ts"
 import { RunnelError, SystemError } from "../lib/core/errors.ts"
 import { apiClient, ServerRefused } from "./api-client.ts"
@@ -75,10 +76,23 @@ runner.action(async (file: string, args: string[], options: Options) => {
 /** A client command's own option: command line only; only the client flags have CI_* variables. */
 type Option = { readonly syntax: string; readonly description: string; readonly repeatable?: boolean }
 
+const scheduleCommand = program.command("schedule").description("fire schedules from a Schedule's CronJob")
+const fire = scheduleCommand
+  .command("fire")
+  .description(
+    "create the Run of one tick of a Schedule, named after the schedule and the tick: a second call for the same tick creates nothing",
+  )
+  .argument("<schedule>", "NAMESPACE/SCHEDULE")
+addFlags(fire, scheduleFireFlags)
+fire.action(async (target: string, options: Options) => {
+  const settings = scheduleFireSettings(target, options)
+  await (await import("./schedule-fire.ts")).fireSchedule(settings)
+})
+
 const pipeline = program.command("pipeline").description("store, trigger and list pipelines on a runnel server")
-/** `runnel pipeline NAME`: its own options and the client flags. */
-function client(name: string, description: string, own: readonly Option[] = []): Command {
-  const command = pipeline.command(name).description(description)
+/** `runnel GROUP NAME` (pipeline by default): its own options and the client flags. */
+function client(name: string, description: string, own: readonly Option[] = [], group: Command = pipeline): Command {
+  const command = group.command(name).description(description)
   for (const option of own) {
     if (option.repeatable) {
       command.option(option.syntax, option.description, collect)
@@ -152,6 +166,69 @@ for (const [action, description] of [
     .action(async (name: string, options: Options) => {
       const api = clientOf(options)
       await (await pipelineCommands()).changePipeline(api, action, name)
+    })
+}
+
+const gate = program.command("gate").description("list, approve and reject the approval gates runs wait on")
+const gateCommands = () => import("./gate.ts")
+
+client(
+  "ls",
+  "list a run's gates, or every pending gate",
+  [{ syntax: "--json", description: "the gate objects as JSON" }],
+  gate,
+)
+  .argument("[run]", "a run's id; without it, the pending gates of every run")
+  .action(async (run: string | undefined, options: Options) => {
+    const api = clientOf(options)
+    await (await gateCommands()).listGates(api, run, options.json === true)
+  })
+
+for (const action of ["approve", "reject"] as const) {
+  client(
+    action,
+    action === "approve"
+      ? "approve a pending gate: the run waiting on it goes on"
+      : "reject a pending gate: the run's gate call fails (a YAML gate step fails)",
+    [{ syntax: "-m, --comment <COMMENT>", description: "why, recorded with the decision" }],
+    gate,
+  )
+    .argument("<id>", "the gate's id (runnel gate ls)")
+    .action(async (id: string, options: Options) => {
+      const api = clientOf(options)
+      const comment = typeof options.comment === "string" ? options.comment : undefined
+      await (await gateCommands()).decideGate(api, action, id, comment)
+    })
+}
+
+const schedule = pipeline.command("schedule").description("list, pause and unpause a pipeline's schedules")
+/** `runnel pipeline schedule NAME`: its own options and the client flags. */
+function scheduleClient(name: string, description: string, own: readonly Option[] = []): Command {
+  const command = schedule.command(name).description(description)
+  for (const option of own) command.option(option.syntax, option.description)
+  addFlags(command, clientFlags)
+  return command
+}
+
+scheduleClient("ls", "list a pipeline's schedules: type, expression, enabled, last and next run", [
+  { syntax: "--json", description: "the schedule objects as JSON" },
+])
+  .argument("<name>", "the pipeline's name or id")
+  .action(async (name: string, options: Options) => {
+    const api = clientOf(options)
+    await (await pipelineCommands()).listSchedules(api, name, options.json === true)
+  })
+
+for (const [action, description] of [
+  ["pause", "stop a schedule from firing (its runs already started go on)"],
+  ["unpause", "let a paused schedule fire again, from its next due time"],
+] as const) {
+  scheduleClient(action, description)
+    .argument("<name>", "the pipeline's name or id")
+    .argument("<schedule>", "the schedule's name or id, or the job it runs")
+    .action(async (name: string, key: string, options: Options) => {
+      const api = clientOf(options)
+      await (await pipelineCommands()).enableSchedule(api, action, name, key)
     })
 }
 

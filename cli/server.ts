@@ -65,7 +65,7 @@ export async function server(settings: ServerSettings): Promise<void> {
       `http://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
     )
     const store = await opening
-    secretStore = await openConfiguredSecretStore(settings)
+    secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
     apiServer = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")
     front.ready(apiServer.callback)

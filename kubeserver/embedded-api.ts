@@ -28,7 +28,7 @@ import { decodeProtobuf, ProtobufError, protobufMediaType } from "./protobuf.ts"
 import type { DeleteOptions, FieldValidation, KubeList, WatchEvent, WriteOptions } from "./resource-api.ts"
 import { patchContentTypes, ResourceApi } from "./resource-api.ts"
 import type { CustomResourceDefinition, ResourceType } from "./resource-types.ts"
-import { namespaceType, ResourceTypes, resourceTypesFromCrds, secretType } from "./resource-types.ts"
+import { cronJobType, namespaceType, ResourceTypes, resourceTypesFromCrds, secretType } from "./resource-types.ts"
 import { isObject } from "./schema.ts"
 import type { IncludeObject } from "./table.ts"
 import { toTable } from "./table.ts"
@@ -81,7 +81,7 @@ export type EmbeddedApi = {
 
 export function createEmbeddedApi(options: EmbeddedApiOptions): EmbeddedApi {
   const prefix = (options.prefix ?? "/k8s").replace(/\/+$/, "")
-  const types = new ResourceTypes([namespaceType, secretType, ...resourceTypesFromCrds(options.crds)])
+  const types = new ResourceTypes([namespaceType, secretType, cronJobType, ...resourceTypesFromCrds(options.crds)])
   const store = new SqliteObjectStore({
     db: options.db,
     historyLimit: options.historyLimit,

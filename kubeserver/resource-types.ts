@@ -193,6 +193,58 @@ export const namespaceType: ResourceType = {
   printerColumns: [{ name: "Status", type: "string", priority: 0, jsonPath: ".status.phase" }, ageColumn],
 }
 
+/**
+ * batch/v1 CronJob, as far as runnel's schedules use it: the spec Kubernetes
+ * validates and defaults (concurrencyPolicy Allow, suspend false, history
+ * limits 3 and 1) and its status. The embedded API stores CronJobs; it has no
+ * CronJob controller (on one machine the operator's timer fires schedules).
+ */
+export const cronJobType: ResourceType = {
+  group: "batch",
+  version: "v1",
+  apiVersion: "batch/v1",
+  kind: "CronJob",
+  listKind: "CronJobList",
+  plural: "cronjobs",
+  singular: "cronjob",
+  shortNames: ["cj"],
+  categories: ["all"],
+  namespaced: true,
+  custom: false,
+  statusSubresource: true,
+  schema: {
+    type: "object",
+    required: ["spec"],
+    properties: {
+      apiVersion: { type: "string" },
+      kind: { type: "string" },
+      metadata: { type: "object" },
+      spec: {
+        type: "object",
+        required: ["schedule", "jobTemplate"],
+        properties: {
+          schedule: { type: "string", minLength: 1 },
+          timeZone: { type: "string" },
+          startingDeadlineSeconds: { type: "integer", minimum: 0 },
+          concurrencyPolicy: { type: "string", enum: ["Allow", "Forbid", "Replace"], default: "Allow" },
+          suspend: { type: "boolean", default: false },
+          successfulJobsHistoryLimit: { type: "integer", minimum: 0, default: 3 },
+          failedJobsHistoryLimit: { type: "integer", minimum: 0, default: 1 },
+          jobTemplate: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+        },
+      },
+      status: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+    },
+  },
+  printerColumns: [
+    { name: "Schedule", type: "string", priority: 0, jsonPath: ".spec.schedule" },
+    { name: "Timezone", type: "string", priority: 0, jsonPath: ".spec.timeZone" },
+    { name: "Suspend", type: "boolean", priority: 0, jsonPath: ".spec.suspend" },
+    { name: "Last Schedule", type: "date", priority: 0, jsonPath: ".status.lastScheduleTime" },
+    ageColumn,
+  ],
+}
+
 /** Looks resource types up the ways the HTTP paths and the garbage collector need. */
 export class ResourceTypes {
   readonly all: readonly ResourceType[]

@@ -1,14 +1,16 @@
-import type { KubeConfig } from "@kubernetes/client-node"
+import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
-import { type Informer, startInformer } from "../lib/kube/informer.ts"
+import { type Informer, type InformerHandlers, startInformer } from "../lib/kube/informer.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
-import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
+import type { GateObject, PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
+import { GateKeeper } from "./gate-keeper.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
 import { RunReconciler } from "./run-reconciler.ts"
+import { ScheduleReconciler } from "./schedule-reconciler.ts"
 
 export type OperatorOptions = {
   /** Any Kubernetes API with runnel's CRDs: the embedded one over loopback, or a cluster's. */
@@ -20,6 +22,12 @@ export type OperatorOptions = {
   readonly secrets: RunSecrets
   /** The `webhooks` feature, on unless said otherwise: off, runs get no webhook data or response channel. */
   readonly webhooks?: boolean
+  /** The `gates` feature, off unless said: off, pipelines' gates fail and no Gate is watched. */
+  readonly gates?: boolean
+  /** The `schedules` feature, off unless said otherwise: off, Schedules are kept and listed but never fire. */
+  readonly schedules?: boolean
+  /** Cronjob mode (`--schedules-mode cronjob`): five-field cron Schedules become CronJobs running this image. */
+  readonly cronJobs?: { readonly image: string; readonly serviceAccount: string }
   /** Makes drivers by name; cli/ passes its registry. */
   readonly drivers: DriverSource
   /** `--driver`: for pipelines whose spec names none. */
@@ -58,6 +66,14 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   const pipelineReconciler = new PipelineReconciler({ client, log })
   let pipelineInformer: Informer<PipelineObject> | undefined
   const pipelines = { get: (name: string) => pipelineInformer?.get(name) }
+  const gateKeeper = options.gates === true ? new GateKeeper({ client, log }) : undefined
+  const scheduleReconciler = new ScheduleReconciler({
+    client,
+    pipelines,
+    firing: options.schedules ?? false,
+    cronJobs: options.cronJobs === undefined ? undefined : { ...options.cronJobs, namespace: options.namespace },
+    log,
+  })
   const runs = new RunReconciler({
     client,
     pipelines,
@@ -65,6 +81,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     store: options.store,
     secrets: options.secrets,
     webhooks: options.webhooks ?? true,
+    ...(gateKeeper === undefined ? {} : { gates: gateKeeper }),
     drivers,
     defaultDriver: options.defaultDriver,
     limits: options.limits,
@@ -83,31 +100,59 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
       changed(pipeline) {
         generations.remember(pipeline)
         pipelineReconciler.changed(pipeline)
+        scheduleReconciler.pipelineChanged(pipeline.metadata?.name ?? "")
       },
       deleted(pipeline) {
         generations.forget(pipeline.metadata?.uid)
+        scheduleReconciler.pipelineChanged(pipeline.metadata?.name ?? "")
       },
     },
     log,
   })
   pipelineReconciler.attach(pipelineInformer)
-  let runInformer: Informer<RunObject>
-  try {
-    runInformer = await startInformer<RunObject>({
-      kubeConfig: options.kubeConfig,
-      path: client.path("runs"),
-      namespace: options.namespace,
-      list: () => client.list("runs"),
-      handlers: { changed: (run) => runs.changed(run), deleted: (run) => runs.deleted(run) },
-      log,
-    })
-  } catch (error) {
-    await pipelineInformer.stop()
-    throw error
+  /** An informer of one more kind; if it cannot start, those already started are stopped. */
+  const started: Informer<unknown>[] = [pipelineInformer]
+  const watch = async <T extends KubernetesObject>(
+    plural: "runs" | "schedules" | "gates",
+    handlers: InformerHandlers<T>,
+  ) => {
+    try {
+      const informer = await startInformer<T>({
+        kubeConfig: options.kubeConfig,
+        path: client.path(plural),
+        namespace: options.namespace,
+        list: () => client.list(plural),
+        handlers,
+        log,
+      })
+      started.push(informer)
+      return informer
+    } catch (error) {
+      for (const informer of started.reverse()) await informer.stop()
+      throw error
+    }
   }
+  const scheduleInformer = await watch<ScheduleObject>("schedules", {
+    changed: (schedule) => scheduleReconciler.changed(schedule),
+    deleted: (schedule) => scheduleReconciler.deleted(schedule),
+  })
+  // Gates before Runs: a resumed run finds its gate in the cache.
+  const gateInformer =
+    gateKeeper === undefined
+      ? undefined
+      : await watch<GateObject>("gates", {
+          changed: (gate) => gateKeeper.changed(gate),
+          deleted: (gate) => gateKeeper.deleted(gate),
+        })
+  if (gateInformer !== undefined) gateKeeper?.attach(gateInformer)
+  const runInformer = await watch<RunObject>("runs", {
+    changed: (run) => runs.changed(run),
+    deleted: (run) => runs.deleted(run),
+  })
   // Leftovers of crashed processes on the default driver go now, even if no run uses that driver again.
   drivers.get(options.defaultDriver, {}).catch(() => {})
   runs.attach(runInformer)
+  scheduleReconciler.attach(scheduleInformer)
   log("operator.started", { namespace: options.namespace, maxInFlight: options.maxInFlight })
 
   let stopped: Promise<void> | undefined
@@ -118,8 +163,11 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
         return stopped
       }
       stopped = (async () => {
+        await scheduleReconciler.stop()
+        await scheduleInformer.stop()
         await runs.drain(graceMs)
         await runInformer.stop()
+        await gateInformer?.stop()
         await pipelineInformer?.stop()
         await pipelineReconciler.idle()
         await drivers.close()

@@ -10,6 +10,7 @@ import type { Informer } from "../lib/kube/informer.ts"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import {
   type Condition,
+  type GateObject,
   isFinal,
   kubeTime,
   type PipelineObject,
@@ -33,6 +34,7 @@ import { engineFor, type PipelineEngine } from "./engine/pipeline-engine.ts"
 import { closedTask } from "./engine/run-context.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { RunAborted, type RunEnding, settle } from "./engine/settle.ts"
+import type { GateKeeper } from "./gate-keeper.ts"
 import { JobSlots } from "./job-slots.ts"
 import type { PipelineGenerations } from "./pipeline-reconciler.ts"
 import { pipelineVersions } from "./pipeline-versions.ts"
@@ -53,7 +55,9 @@ export type RunReconcilerOptions = {
   readonly limits: SandboxLimits
   /** YAML pipelines: the small image of mock resources' mirror_self and runnel's file tasks (`--mock-image`). */
   readonly mockImage: string
-  /** `--max-in-flight`: runs executing at once; the rest wait, first in, first out. */
+  /** The `gates` feature: absent, a pipeline's gate fails with `gates feature is not enabled`. */
+  readonly gates?: Pick<GateKeeper, "forRun">
+  /** `--max-in-flight`: runs executing at once (a run waiting on a gate does not count); the rest wait, first in, first out. */
   readonly maxInFlight: number
   /** Progress writes to a Run's status within this window are coalesced into one. */
   readonly statusThrottleMs: number
@@ -61,6 +65,17 @@ export type RunReconcilerOptions = {
 }
 
 const retryAfterFailureMs = 1_000
+
+/**
+ * Why a run waiting on a gate stops executing at shutdown: it is not ended
+ * but left `running`, so the next operator resumes it, still waiting on the
+ * same gate. A person's approval may take a weekend; a restart must not end it.
+ */
+class LeftWaiting extends RunAborted {
+  constructor() {
+    super("runnel shut down while the run waited on a gate; the next start resumes it")
+  }
+}
 
 type ActiveRun = { readonly controller: AbortController; readonly done: Promise<void> }
 
@@ -112,6 +127,10 @@ export class RunReconciler {
   readonly #options: RunReconcilerOptions
   #informer: Informer<RunObject> | undefined
   readonly #active = new Map<string, ActiveRun>()
+  /** Executing runs that wait on a gate: they hold no --max-in-flight slot. */
+  readonly #waiting = new Set<string>()
+  /** The conditions this process last wrote for an executing run, so that one write does not lose another. */
+  readonly #conditions = new Map<string, Condition[]>()
   /** Runs this process ended, until the cache shows their final phase. */
   readonly #settled = new Set<string>()
   /** Runs marked queued (or being marked) by this process, and that write. */
@@ -166,6 +185,7 @@ export class RunReconciler {
    */
   async drain(graceMs: number): Promise<void> {
     this.#draining = true
+    for (const name of this.#waiting) this.#active.get(name)?.controller.abort(new LeftWaiting())
     const all = async () => {
       await Promise.all([...this.#active.values()].map((run) => run.done))
     }
@@ -231,7 +251,7 @@ export class RunReconciler {
     }
     waiting.sort((a, b) => this.#compareAge(a, b))
     for (const run of waiting) {
-      if (this.#draining || this.#active.size >= this.#options.maxInFlight) this.#enqueue(run)
+      if (this.#draining || this.#active.size - this.#waiting.size >= this.#options.maxInFlight) this.#enqueue(run)
       else this.#start(run, "admit")
     }
   }
@@ -283,6 +303,8 @@ export class RunReconciler {
       })
       .finally(() => {
         this.#active.delete(name)
+        this.#waiting.delete(name)
+        this.#conditions.delete(name)
         this.schedule()
       })
     this.#active.set(name, { controller, done })
@@ -298,6 +320,10 @@ export class RunReconciler {
     if (prepared === undefined) return // deleted meanwhile
     if ("status" in prepared) return this.#end(writer, run, prepared)
     const result = await this.#execute(run, prepared, writer, signal)
+    if (signal.reason instanceof LeftWaiting) {
+      this.#options.log("run.left-waiting", { run: name })
+      return
+    }
     // A resumed run's tasks include those of its earlier attempts, which the engine did not see.
     await this.#finish(writer, run, result, closeLeftoverTasks(this.#options.store, name, result.status))
   }
@@ -348,6 +374,9 @@ export class RunReconciler {
         },
       })
       if (annotated === undefined) return undefined
+      // Later condition writes (a gate's) start from these, so a merge patch of the list keeps this one.
+      if (plan.condition !== undefined)
+        this.#conditions.set(name, withCondition(run.status?.conditions, plan.condition))
       await writer.now({
         phase: "running",
         code: null,
@@ -355,7 +384,7 @@ export class RunReconciler {
         startedAt,
         finishedAt: null,
         tasks: [],
-        ...(plan.condition === undefined ? {} : { conditions: withCondition(run.status?.conditions, plan.condition) }),
+        ...(plan.condition === undefined ? {} : { conditions: this.#conditions.get(name) ?? [] }),
       })
     }
     log(mode === "admit" ? "run.started" : "run.resumed", { run: name, pipeline: pipelineName, driver: driverName })
@@ -384,6 +413,7 @@ export class RunReconciler {
       })
     }
     const pipelineUid = pipeline.metadata?.uid ?? ""
+    const gates = this.#options.gates?.forRun(run, (gate) => this.#waitingOn(name, writer, run, gate))
     return execution.engine.run(
       {
         runId: name,
@@ -411,9 +441,45 @@ export class RunReconciler {
         setPipeline: (target, yaml) => client.setPipeline(target === "self" ? pipelineName : target, yaml),
         jobSlot: (job, limit, slotSignal) => this.#jobSlots.acquire(pipelineUid, job, limit, slotSignal),
         runSlot: (limit, slotSignal) => this.#jobSlots.acquireRun(pipelineUid, limit, slotSignal),
+        ...(gates === undefined ? {} : { gates }),
       },
       signal,
     )
+  }
+
+  /**
+   * A run starts (`gate`) or stops (undefined) waiting on a gate: it gives
+   * back its --max-in-flight slot, so queued runs start meanwhile, and its
+   * status names the gate (condition WaitingForApproval). Once approved it
+   * goes on at once, even if that makes one more run than --max-in-flight
+   * executing for a while: it was admitted already, as a resumed run is.
+   */
+  #waitingOn(name: string, writer: RunStatusWriter, run: RunObject, gate: GateObject | undefined): void {
+    if (gate === undefined) this.#waiting.delete(name)
+    else {
+      this.#waiting.add(name)
+      if (this.#draining) this.#active.get(name)?.controller.abort(new LeftWaiting())
+    }
+    const id = gate?.metadata?.name ?? ""
+    const condition: Condition =
+      gate === undefined
+        ? {
+            type: "WaitingForApproval",
+            status: "False",
+            reason: "GateResolved",
+            message: "",
+            lastTransitionTime: kubeTime(),
+          }
+        : {
+            type: "WaitingForApproval",
+            status: "True",
+            reason: "GatePending",
+            message: `waiting for approval of gate "${gate.spec.name}" (${id}): POST /api/gates/${id}/approve or runnel gate approve ${id}`,
+            lastTransitionTime: kubeTime(),
+          }
+    this.#conditions.set(name, withCondition(this.#conditions.get(name) ?? run.status?.conditions, condition))
+    writer.update({ conditions: this.#conditions.get(name) ?? [] })
+    this.schedule()
   }
 
   /** Ends a run that did not execute here (refused, or stopped before it started): settled like any other. */

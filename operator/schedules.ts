@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import {
+  derivedScheduleLabel,
   type PipelineObject,
   pipelineLabel,
   pipelineOwnerReference,
@@ -9,7 +10,7 @@ import {
 } from "../lib/kube/resources.ts"
 import { parseYamlPipeline } from "../lib/yaml/parse.ts"
 
-type Wanted = Pick<ScheduleObject["spec"], "jobName" | "type" | "expression">
+type Wanted = Pick<ScheduleObject["spec"], "jobName" | "type" | "expression" | "timeZone">
 
 /**
  * The Schedules a YAML pipeline declares: one per job with
@@ -32,7 +33,12 @@ export function declaredSchedules(pipeline: PipelineObject, contentType: string)
     wanted.set(
       scheduleName(name, job.name),
       "cron" in schedule
-        ? { jobName: job.name, type: "cron", expression: schedule.cron }
+        ? {
+            jobName: job.name,
+            type: "cron",
+            expression: schedule.cron,
+            ...(schedule.timeZone === undefined ? {} : { timeZone: schedule.timeZone }),
+          }
         : { jobName: job.name, type: "interval", expression: schedule.every },
     )
   }
@@ -42,8 +48,9 @@ export function declaredSchedules(pipeline: PipelineObject, contentType: string)
 /**
  * Makes the Pipeline's Schedules what its content declares: creates the
  * missing ones (owned by the Pipeline, so they go with it), updates the type
- * and expression of the changed ones (keeping `enabled`, which people set),
- * and deletes those no job declares any more.
+ * expression and time zone of the changed ones (keeping `enabled`, which
+ * people set), and deletes those no job declares any more. Schedules applied
+ * with kubectl (without the derived-from label) are never touched.
  */
 export async function syncSchedules(
   client: Pick<ResourceClient, "listSchedules" | "createSchedule" | "patchScheduleSpec" | "deleteSchedule">,
@@ -60,13 +67,19 @@ export async function syncSchedules(
         kind: "Schedule",
         metadata: {
           name,
-          labels: { [pipelineLabel]: pipelineName },
+          labels: { [pipelineLabel]: pipelineName, [derivedScheduleLabel]: "yaml" },
           ownerReferences: [pipelineOwnerReference(pipeline)],
         },
         spec: { pipelineRef: { name: pipelineName }, ...spec, enabled: true },
       })
-    } else if (current.spec.type !== spec.type || current.spec.expression !== spec.expression) {
-      await client.patchScheduleSpec(name, { type: spec.type, expression: spec.expression })
+    } else if (
+      current.spec.type !== spec.type ||
+      current.spec.expression !== spec.expression ||
+      (current.spec.timeZone ?? "") !== (spec.timeZone ?? "")
+    ) {
+      // null removes a time zone the YAML no longer gives (a merge patch leaves an absent field alone).
+      const timeZone = (spec.timeZone ?? null) as string | undefined
+      await client.patchScheduleSpec(name, { type: spec.type, expression: spec.expression, timeZone })
     }
   }
   for (const name of existing.keys()) if (!wanted.has(name)) await client.deleteSchedule(name)

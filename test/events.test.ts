@@ -1,46 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { call, erroringYaml, eventually, serverProcesses } from "./server-process.ts"
+import { call, type Event, erroringYaml, eventually, type Json, readEvents, serverProcesses } from "./server-process.ts"
 
 // Streamed run output (GET /api/runs/:id/events, POST /api/pipelines/:name/run) of `runnel server`
 // in its own process on a temp database, read over HTTP as a page or the CLI would.
 const servers = serverProcesses("runnel-events-test-")
 afterAll(() => servers.cleanUp())
 const startServer = async (args: readonly string[] = []) => (await servers.start(args)).url
-
-// biome-ignore lint/suspicious/noExplicitAny: events and answers are compared field by field.
-type Json = any
-type Event = { id: number | undefined; data: Json }
-
-/** Reads an event stream to its end (or until `stopAfter` events, then leaves); heartbeats are skipped. */
-async function readEvents(response: Response, stopAfter = Number.POSITIVE_INFINITY): Promise<Event[]> {
-  expect(response.status).toBe(200)
-  expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/)
-  const reader = response.body?.pipeThrough(new TextDecoderStream()).getReader()
-  if (reader === undefined) throw new Error("no body")
-  const events: Event[] = []
-  let buffer = ""
-  for (;;) {
-    const { value, done } = await reader.read()
-    if (done) return events
-    buffer += value
-    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
-      const frame = buffer.slice(0, end)
-      buffer = buffer.slice(end + 2)
-      let id: number | undefined
-      let data: string | undefined
-      for (const line of frame.split("\n")) {
-        if (line.startsWith("id: ")) id = Number(line.slice(4))
-        else if (line.startsWith("data: ")) data = line.slice(6)
-      }
-      if (data === undefined) continue
-      events.push({ id, data: JSON.parse(data) })
-      if (events.length >= stopAfter) {
-        await reader.cancel()
-        return events
-      }
-    }
-  }
-}
 
 const script = (shell: string, env?: Record<string, string>) =>
   `export const pipeline = async () => {\n  await runtime.run({ name: "step", image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] }${env === undefined ? "" : `, env: ${JSON.stringify(env)}`} })\n}\n`

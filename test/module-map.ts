@@ -21,11 +21,12 @@ export const libDependencies: Readonly<Record<string, readonly string[]>> = {
   sqlite: ["core"],
   config: ["core"],
   cel: ["core"],
-  yaml: ["core", "cel"],
+  schedule: ["core"],
+  yaml: ["core", "cel", "schedule"],
   script: ["core", "yaml"],
   logs: ["core", "sqlite"],
   secrets: ["core", "crypto", "sqlite"],
-  kube: ["core", "script"],
+  kube: ["core", "script", "secrets"],
 }
 
 /** lib/ modules that know nothing of runnel's domain: the only part of lib/ the embedded API may use. */
@@ -38,9 +39,12 @@ export const packagePlaces: Readonly<Record<string, readonly string[]>> = {
   koa: ["apiserver/"],
   "@koa/router": ["apiserver/"],
   "@kubernetes/client-node": ["lib/kube/", "operator/", "apiserver/", "cli/"],
+  "@aws-sdk/client-s3": ["lib/secrets/"],
   esbuild: ["lib/script/"],
   commander: ["cli/"],
   "@marcbachmann/cel-js": ["lib/cel/"],
+  "@modelcontextprotocol/sdk": ["apiserver/mcp/"],
+  zod: ["apiserver/mcp/"],
   vitest: [],
 }
 

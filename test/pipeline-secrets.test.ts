@@ -1,9 +1,8 @@
-import { execFile } from "node:child_process"
 import { readdirSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { runnel } from "./cli.ts"
-import { call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
+import { call, eventually, kubectl, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // Pipeline secrets and webhook secrets through the REST API and the CLI of a real `runnel server`:
 // write-only, encrypted at rest, resolved and redacted in runs, gone with their pipeline.
@@ -29,16 +28,6 @@ const bytesOnDisk = (server: ServerProcess) =>
     .filter((entry) => entry.isFile())
     .map((entry) => readFileSync(join(server.cwd, entry.name)).toString("latin1"))
     .join("\n")
-
-const kubectl = (server: ServerProcess, ...args: string[]) =>
-  new Promise<string>((resolve, reject) =>
-    execFile(
-      "kubectl",
-      ["--server", `${server.url}/k8s`, "--cache-dir", join(server.cwd, "kube-cache"), ...args],
-      { env: { ...process.env, KUBECONFIG: join(server.cwd, "no-kubeconfig") }, timeout: 20_000 },
-      (error, stdout, stderr) => (error === null ? resolve(stdout) : reject(new Error(stderr))),
-    ),
-  )
 
 describe("pipeline secrets over the REST API", () => {
   let server: ServerProcess

@@ -1,7 +1,8 @@
-import { type ChildProcess, spawn } from "node:child_process"
+import { type ChildProcess, execFile, spawn } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { expect } from "vitest"
 import { runnelBin } from "./cli.ts"
 
 /** bin/runnel COMMAND in its own process; resolves with its URL once it prints its listening line. */
@@ -84,6 +85,23 @@ export async function eventually<T>(
   }
 }
 
+/** Triggers pipeline `name` and waits until its run ends; the run as GET /api/runs/:id shows it, and its tasks. */
+export async function runToEnd(
+  base: string,
+  name: string,
+  timeoutMs = 30_000,
+): Promise<{ run: Answer["body"]; tasks: Answer["body"] }> {
+  const trigger = await call(base, "POST", `/api/pipelines/${name}/trigger`)
+  if (trigger.status !== 202) throw new Error(`trigger answered ${trigger.status}: ${JSON.stringify(trigger.body)}`)
+  const run = await eventually(
+    () => call(base, "GET", `/api/runs/${trigger.body.run_id}`),
+    (answer) => ["success", "failure", "error"].includes(answer.body.status),
+    "the run finishes",
+    timeoutMs,
+  )
+  return { run: run.body, tasks: (await call(base, "GET", `/api/runs/${trigger.body.run_id}/tasks`)).body }
+}
+
 /** A script pipeline with one native task running `shell`. */
 export const script = (shell: string) =>
   `export const pipeline = async () => {\n  await runtime.run({ name: "step", image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] } })\n}\n`
@@ -98,4 +116,71 @@ export const erroringYaml = `jobs:
   - task: use
     config: {platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: "true"}}
     params: {X: ((nope))}
+`
+
+/** A bare MCP `tools/call` over plain fetch: no initialize, no session, no Accept or Content-Type header. */
+export const bareToolCall = (base: string, name: string, args: Record<string, unknown> = {}, id = 1) =>
+  fetch(`${base}/mcp`, {
+    method: "POST",
+    body: JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } }),
+  })
+
+// biome-ignore lint/suspicious/noExplicitAny: events and answers are compared field by field.
+export type Json = any
+export type Event = { id: number | undefined; data: Json }
+
+/** Reads an event stream to its end (or until `stopAfter` events, then leaves); heartbeats are skipped. */
+export async function readEvents(response: Response, stopAfter = Number.POSITIVE_INFINITY): Promise<Event[]> {
+  expect(response.status).toBe(200)
+  expect(response.headers.get("content-type")).toMatch(/^text\/event-stream/)
+  const reader = response.body?.pipeThrough(new TextDecoderStream()).getReader()
+  if (reader === undefined) throw new Error("no body")
+  const events: Event[] = []
+  let buffer = ""
+  for (;;) {
+    const { value, done } = await reader.read()
+    if (done) return events
+    buffer += value
+    for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
+      const frame = buffer.slice(0, end)
+      buffer = buffer.slice(end + 2)
+      let id: number | undefined
+      let data: string | undefined
+      for (const line of frame.split("\n")) {
+        if (line.startsWith("id: ")) id = Number(line.slice(4))
+        else if (line.startsWith("data: ")) data = line.slice(6)
+      }
+      if (data === undefined) continue
+      events.push({ id, data: JSON.parse(data) })
+      if (events.length >= stopAfter) {
+        await reader.cancel()
+        return events
+      }
+    }
+  }
+}
+
+/** kubectl against a server's embedded API (at /k8s), with no kubeconfig of its own; `input` is its stdin. */
+export function kubectl(server: ServerProcess, ...args: string[]): Promise<string> {
+  return kubectlWithInput(server, undefined, ...args)
+}
+
+export function kubectlWithInput(server: ServerProcess, input: string | undefined, ...args: string[]): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const child = execFile(
+      "kubectl",
+      ["--server", `${server.url}/k8s`, "--cache-dir", join(server.cwd, "kube-cache"), ...args],
+      { env: { ...process.env, KUBECONFIG: join(server.cwd, "no-kubeconfig") }, timeout: 20_000 },
+      (error, stdout, stderr) => (error === null ? resolve(stdout) : reject(new Error(stderr))),
+    )
+    child.stdin?.end(input ?? "")
+  })
+}
+/** A kubeconfig for the embedded API of the server at `url` (`/k8s`), as kubectl or `runnel operator` reads it. */
+export const embeddedKubeconfig = (url: string) => `apiVersion: v1
+kind: Config
+clusters: [{name: embedded, cluster: {server: "${url}/k8s", insecure-skip-tls-verify: true}}]
+users: [{name: anyone, user: {}}]
+contexts: [{name: embedded, context: {cluster: embedded, user: anyone, namespace: default}}]
+current-context: embedded
 `

@@ -297,3 +297,57 @@ interface Console {
 
 /** The script's console: `log`, `info`, `debug` to stdout, `warn`, `error` to stderr. */
 declare var console: Console
+
+/** What `pipeline.gate()` takes (docs/gates.md). */
+interface GateOptions {
+  /** The gate's name within the run, shown to approvers: a non-empty string of at most 253 characters. */
+  name: string
+  /** What the approver is asked, shown in `runnel gate ls` and the REST API. */
+  message?: string
+  /**
+   * How long the gate waits, counted from its creation (a restart of runnel
+   * does not reset it): a duration such as `"30s"`, `"1h"`, `"1m30s"`, or a
+   * positive number of seconds. Absent: it waits until decided or the run is stopped.
+   * The time a gate waits does not count against `--pipeline-timeout`.
+   */
+  timeout?: string | number
+  /**
+   * A CEL expression over the user (docs/expressions.md: `Email`, `Name`,
+   * `Provider`, `Groups`, ...) that an approver must satisfy, beside the
+   * pipeline's own RBAC; for example `'"release" in Groups'`.
+   */
+  approvers?: string
+}
+
+/** An approved gate, as `pipeline.gate()` resolves. */
+interface GateApproval {
+  /** The gate's id: `runnel gate approve <id>`, `POST /api/gates/<id>/approve`. */
+  readonly id: string
+  /** Who approved it: `anonymous` on a server without authentication, `kubectl` (or the name given) through kubectl. */
+  readonly approvedBy: string
+  /** The approver's comment, `""` when none. */
+  readonly comment: string
+}
+
+/**
+ * runnel's pipeline API. A script that exports its own `const pipeline` shadows
+ * this global; runnel then gives that exported function the same `gate`, so
+ * `pipeline.gate(...)` works whichever way the script exports its pipeline.
+ */
+declare const pipeline: {
+  /**
+   * Waits for a person to approve (requires the server's `gates` feature).
+   * Creates a Gate (`GET /api/runs/<run>/gates`, `kubectl get gates`) and waits:
+   * while it waits the run holds no `--max-in-flight` slot, and it survives a
+   * restart of runnel. The run's console says how to approve it.
+   *
+   * @returns the approval, once someone approves.
+   * @throws Error when the gate is rejected (naming who rejected it) or expires,
+   * or with `gates feature is not enabled`; catch it to roll back. Uncaught, the run fails.
+   * @throws TypeError or RangeError naming the field when `options` is not valid.
+   *
+   * @example
+   * const { approvedBy } = await pipeline.gate({ name: "production", message: "Deploy?", timeout: "1h" })
+   */
+  gate(options: GateOptions): Promise<GateApproval>
+}

@@ -1,4 +1,5 @@
 import Router from "@koa/router"
+import type { KubernetesListObject } from "@kubernetes/client-node"
 import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
@@ -7,6 +8,7 @@ import {
   type PipelineSpec,
   type RunTriggerType,
   runnelApiVersion,
+  type ScheduleObject,
 } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { pipelineScope, type SecretStore } from "../../lib/secrets/secret-store.ts"
@@ -33,6 +35,8 @@ export type PipelineRoutesDeps = {
     | "deleteRun"
     | "putWebhookSecret"
     | "deleteSecret"
+    | "list"
+    | "deleteSchedule"
   >
   index: Pick<ResourceIndex, "pipelines" | "runs">
   /** Where pipeline secrets go: written here, never read back through the API. */
@@ -227,6 +231,11 @@ export function pipelineRoutes({
         index.runs.forget(run)
       }),
     )
+    // Schedules applied with kubectl name the pipeline without being owned by it: they go too.
+    const schedules = (await resources.list("schedules")) as KubernetesListObject<ScheduleObject>
+    for (const schedule of schedules.items) {
+      if (schedule.spec.pipelineRef.name === name) await resources.deleteSchedule(schedule.metadata?.name ?? "")
+    }
     ctx.status = 204
   })
 

@@ -1,23 +1,22 @@
 import Router from "@koa/router"
-import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
-import { isFinalRunStatus, runStatuses } from "../../lib/core/status.ts"
+import { badRequest, notFound } from "../../lib/core/errors.ts"
+import { runStatuses } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { RunObject } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { isResourceName } from "../find-pipeline.ts"
 import type { ResourceIndex } from "../resource-index.ts"
-import { pageEnvelope, pageOf, queryString, runView } from "../views.ts"
+import { stopRun } from "../stop-run.ts"
+import { pageEnvelope, pageOf, queryString, runView, taskRecords, taskView } from "../views.ts"
 
 export type RunRoutesDeps = {
   resources: Pick<ResourceClient, "getRun" | "patchRun">
   index: Pick<ResourceIndex, "pipelines" | "runs">
   logs: Pick<LogStore, "tasks" | "output">
-  /** The enabled feature names: gates answer only when `gates` is one. */
-  features: readonly string[]
 }
 
 /** Runs over the Run resource, their tasks' output from the log store (contract.md sections 4 and 7). */
-export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): Router {
+export function runRoutes({ resources, index, logs }: RunRoutesDeps): Router {
   const router = new Router()
   const pipelineIds = () => new Map(index.pipelines.list().map((p) => [p.metadata?.name ?? "", p.metadata?.uid ?? ""]))
   const found = async (id: string) => {
@@ -53,54 +52,13 @@ export function runRoutes({ resources, index, logs, features }: RunRoutesDeps): 
   router.get("/api/runs/:id/tasks", async (ctx) => {
     const run = await found(ctx.params.id ?? "")
     const id = run.metadata?.name ?? ""
-    const fromStatus = run.status?.tasks ?? []
-    const tasks =
-      fromStatus.length > 0
-        ? fromStatus
-        : logs.tasks(id).map(({ path, name, status, code, startedAt, endedAt }) => ({
-            path,
-            name,
-            status,
-            code,
-            startedAt,
-            endedAt,
-          }))
-    ctx.body = tasks.map((task) => ({
-      path: task.path,
-      name: task.name,
-      status: task.status,
-      code: task.code,
-      stdout: logs.output(id, task.path, "stdout"),
-      stderr: logs.output(id, task.path, "stderr"),
-      started_at: task.startedAt,
-      ended_at: task.endedAt,
-    }))
-  })
-
-  router.get("/api/runs/:id/gates", async (ctx) => {
-    if (!features.includes("gates")) {
-      throw featureDisabled("gates")
-    }
-    await found(ctx.params.id ?? "")
-    // Gates arrive with their own issue; until then no run has any.
-    ctx.body = []
+    ctx.body = taskRecords(run, logs).map((task) =>
+      taskView(task, logs.output(id, task.path, "stdout"), logs.output(id, task.path, "stderr")),
+    )
   })
 
   router.post("/api/runs/:id/stop", async (ctx) => {
-    const run = await found(ctx.params.id ?? "")
-    const id = run.metadata?.name ?? ""
-    const phase = run.status?.phase ?? "queued"
-    if (isFinalRunStatus(phase)) {
-      throw new RunnelError(
-        409,
-        "finished",
-        `run "${id}" has already finished with status ${phase}; there is nothing to stop`,
-      )
-    }
-    const stopped = await resources.patchRun(id, { spec: { stop: true } } as Partial<RunObject>)
-    if (stopped === undefined) throw notFound("run", id)
-    index.runs.observe(stopped)
-    ctx.body = view(stopped)
+    ctx.body = view(await stopRun({ resources, index }, await found(ctx.params.id ?? "")))
   })
 
   /** `?pipeline_id=` takes the pipeline's id or its name; an id of no pipeline selects no run. */

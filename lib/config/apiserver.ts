@@ -16,8 +16,21 @@ const apiserverFlagNames = [
   "allowed-features",
   "webhook-timeout",
   "webhook-max-age",
+  "mcp-allow-actions",
   "secrets-sqlite-path",
   "secrets-sqlite-passphrase",
+  "secrets-backend",
+  "secrets-kubernetes-global-secret",
+  "secrets-s3-bucket",
+  "secrets-s3-endpoint",
+  "secrets-s3-region",
+  "secrets-s3-access-key-id",
+  "secrets-s3-secret-access-key",
+  "secrets-s3-passphrase",
+  "secrets-s3-encrypt",
+  "secrets-s3-kms-key-id",
+  "secrets-s3-sse-c-key",
+  "secrets-s3-prefix",
 ]
 export const apiserverFlags: readonly FlagSpec[] = serverFlags
   .filter((flag) => apiserverFlagNames.includes(flag.name))

@@ -53,7 +53,8 @@ export function readFlags(
       const list = Array.isArray(given) && given.length > 0 ? given : fromEnv ? fromEnv.split(",") : []
       values[flag.name] = Object.freeze(list.map(String))
     } else {
-      values[flag.name] = typeof given === "string" ? given : (fromEnv ?? flag.defaultValue)
+      // A switch (a flag without a value) given on the command line is `true` there.
+      values[flag.name] = typeof given === "string" ? given : given === true ? "true" : (fromEnv ?? flag.defaultValue)
     }
   }
   return Object.freeze(values)
@@ -71,6 +72,15 @@ export function parseKeyValues(pairs: readonly string[], flag: string): Record<s
     result[key] = pair.slice(at + 1)
   }
   return result
+}
+
+/** A switch: given (or its variable `true` or `1`) is on; its variable `false`, `0` or unset is off. */
+export function parseSwitch(text: string | undefined, flag: string): boolean {
+  if (text === undefined || text === "" || text === "false" || text === "0") return false
+  if (text === "true" || text === "1") return true
+  throw badRequest(
+    `--${flag} is a switch; its variable ${envName({ name: flag, description: "" })} is true, 1, false or 0, not "${text}"`,
+  )
 }
 
 /** A Go-style duration flag (`5s`, `1m30s`) in milliseconds; a bad one is a 400 naming the flag. */

@@ -4,7 +4,7 @@ import { badRequest } from "../core/errors.ts"
 import type { HostEnvironment } from "./flags.ts"
 
 /** The commands that talk to a Kubernetes API. */
-export type KubeRole = "server" | "operator" | "apiserver"
+export type KubeRole = "server" | "operator" | "apiserver" | "schedule fire"
 
 /** Where a role's Kubernetes API is, decided once from its flags and environment by kubeSource(). */
 export type KubeSource =

@@ -82,7 +82,94 @@ export const operatorFlags: readonly FlagSpec[] = [
     value: "TEXT",
     description: "passphrase of the secret store; the AES-256 key is its SHA-256",
   },
+  {
+    name: "secrets-backend",
+    value: "NAME",
+    description:
+      "where secrets are kept: sqlite, s3 or kubernetes (core Secrets in the namespace); s3 when --secrets-s3-bucket is set, else sqlite",
+  },
+  {
+    name: "secrets-kubernetes-global-secret",
+    value: "NAME",
+    defaultValue: "runnel-secrets",
+    description: "with --secrets-backend kubernetes: the core Secret whose keys are the global secrets",
+  },
+  {
+    name: "secrets-s3-bucket",
+    alias: "secrets-objstore-bucket",
+    value: "NAME",
+    description: "S3 bucket of the secrets; setting it selects the S3 backend over SQLite",
+  },
+  {
+    name: "secrets-s3-endpoint",
+    alias: "secrets-objstore-endpoint",
+    value: "URL",
+    description: "any S3-compatible server (path-style addressing); AWS S3 without it",
+  },
+  { name: "secrets-s3-region", alias: "secrets-objstore-region", value: "REGION", description: "region of the bucket" },
+  {
+    name: "secrets-s3-access-key-id",
+    alias: "secrets-objstore-access-key-id",
+    value: "ID",
+    description:
+      "access key id; without it and the secret key, the SDK's chain (environment, profile, IRSA, instance role)",
+  },
+  {
+    name: "secrets-s3-secret-access-key",
+    alias: "secrets-objstore-secret-access-key",
+    value: "KEY",
+    description: "secret access key, with --secrets-s3-access-key-id",
+  },
+  {
+    name: "secrets-s3-passphrase",
+    alias: "secrets-objstore-passphrase",
+    value: "TEXT",
+    description: "encrypts each value with AES-256-GCM before it is stored, the key its SHA-256 (recommended)",
+  },
+  {
+    name: "secrets-s3-encrypt",
+    alias: "secrets-objstore-encrypt",
+    value: "MODE",
+    description: "provider-side encryption of every object: sse-s3, sse-kms or sse-c",
+  },
+  {
+    name: "secrets-s3-kms-key-id",
+    alias: "secrets-objstore-kms-key-id",
+    value: "ID",
+    description: "with --secrets-s3-encrypt sse-kms: the KMS key (the bucket's default without it)",
+  },
+  {
+    name: "secrets-s3-sse-c-key",
+    alias: "secrets-objstore-sse-c-key",
+    value: "BASE64",
+    description: "with --secrets-s3-encrypt sse-c: the 32-byte key, base64, sent on every put and get",
+  },
+  {
+    name: "secrets-s3-prefix",
+    alias: "secrets-objstore-prefix",
+    value: "PREFIX",
+    description: "every object key starts with it: <prefix>/<scope>/<key>",
+  },
   mockImageFlag,
+  {
+    name: "schedules-mode",
+    value: "MODE",
+    defaultValue: "timer",
+    description:
+      "how cron schedules fire: timer (the operator's own timer) or cronjob (a batch/v1 CronJob per schedule, for a cluster; intervals and seconds fields keep the timer)",
+  },
+  {
+    name: "schedules-image",
+    value: "IMAGE",
+    defaultValue: "runnel",
+    description: "cronjob mode: runnel's image, which the CronJobs' Jobs run as `runnel schedule fire`",
+  },
+  {
+    name: "schedules-service-account",
+    value: "NAME",
+    defaultValue: "runnel-schedule-fire",
+    description: "cronjob mode: the ServiceAccount of those Jobs, which may only create Runs and read Schedules",
+  },
   {
     name: "allowed-features",
     value: "LIST",
@@ -103,6 +190,12 @@ export type RoleSettings = {
   readonly driver: string
   readonly allowedDrivers: readonly string[] | "*"
   readonly secretStore: { readonly path: string; readonly passphrase: string | undefined }
+  /** `--secrets-backend`, or s3 when the bucket is set (interface.md: it takes precedence over SQLite). */
+  readonly secretsBackend: SecretsBackend
+  /** `--secrets-s3-*`, when its bucket is set. */
+  readonly s3Secrets: S3SecretsSettings | undefined
+  /** `--secrets-kubernetes-global-secret`. */
+  readonly kubernetesGlobalSecret: string
   readonly features: readonly Feature[]
   /** The environment the drivers read: the Docker host, the PATH of native tasks. */
   readonly host: HostEnvironment
@@ -115,6 +208,8 @@ export type OperatorSettings = RoleSettings & {
   readonly shutdownGraceMs: number
   readonly secrets: Readonly<Record<string, string>>
   readonly mockImage: string
+  /** How cron schedules fire, and what their CronJobs run in cronjob mode. */
+  readonly schedules: { readonly mode: "timer" | "cronjob"; readonly image: string; readonly serviceAccount: string }
 }
 
 /** `runnel operator`'s settings from its command line and environment, checked and frozen. */
@@ -143,6 +238,11 @@ export function operatorPart(
     shutdownGraceMs: parseDurationFlag(flags["shutdown-grace"] as string, "shutdown-grace"),
     secrets: parseKeyValues((flags.secret as string[] | undefined) ?? [], "secret"),
     mockImage: String(flags["mock-image"]),
+    schedules: {
+      mode: schedulesMode(String(flags["schedules-mode"])),
+      image: String(flags["schedules-image"]),
+      serviceAccount: String(flags["schedules-service-account"]),
+    },
   }
 }
 
@@ -184,11 +284,17 @@ export function rolePart(
       passphrase:
         flags["secrets-sqlite-passphrase"] === undefined ? undefined : String(flags["secrets-sqlite-passphrase"]),
     },
+    ...secretsBackendPart(flags),
     features: parseFeatures(String(flags["allowed-features"])),
     host,
   }
   const kube = kubeSource(role, flags.kubeconfig === undefined ? undefined : String(flags.kubeconfig), host)
   return { kube, ...settings }
+}
+
+function schedulesMode(text: string): "timer" | "cronjob" {
+  if (text === "timer" || text === "cronjob") return text
+  throw badRequest(`--schedules-mode "${text}" is not a mode; use timer or cronjob`)
 }
 
 /** Fails with the known ones for a driver name runnel does not have. */
@@ -209,4 +315,107 @@ export function logStorePath(storagePath: string): string {
   if (storagePath === ":memory:") return ":memory:"
   const extension = extname(storagePath)
   return `${storagePath.slice(0, storagePath.length - extension.length)}-logs${extension}`
+}
+
+export type SecretsBackend = "sqlite" | "s3" | "kubernetes"
+const secretsBackends: readonly SecretsBackend[] = ["sqlite", "s3", "kubernetes"]
+
+function secretsBackendPart(
+  flags: FlagValues,
+): Pick<RoleSettings, "secretsBackend" | "s3Secrets" | "kubernetesGlobalSecret"> {
+  const s3Secrets = s3SecretsPart(flags)
+  const chosen = flags["secrets-backend"] === undefined ? "" : String(flags["secrets-backend"])
+  if (chosen !== "" && !secretsBackends.includes(chosen as SecretsBackend)) {
+    throw badRequest(`--secrets-backend "${chosen}" is not known: use ${secretsBackends.join(", ")}`)
+  }
+  const secretsBackend: SecretsBackend =
+    chosen === "" ? (s3Secrets === undefined ? "sqlite" : "s3") : (chosen as SecretsBackend)
+  if (secretsBackend === "s3" && s3Secrets === undefined) {
+    throw badRequest("--secrets-backend s3 needs --secrets-s3-bucket")
+  }
+  const kubernetesGlobalSecret = String(flags["secrets-kubernetes-global-secret"])
+  if (!/^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$/.test(kubernetesGlobalSecret) || kubernetesGlobalSecret.length > 253) {
+    throw badRequest(`--secrets-kubernetes-global-secret "${kubernetesGlobalSecret}" is not a Secret name`)
+  }
+  return { secretsBackend, s3Secrets, kubernetesGlobalSecret }
+}
+
+export type S3SecretsSettings = {
+  readonly bucket: string
+  readonly endpoint: string | undefined
+  readonly region: string | undefined
+  readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string } | undefined
+  readonly passphrase: string | undefined
+  readonly encryption:
+    | { readonly mode: "sse-s3" }
+    | { readonly mode: "sse-kms"; readonly kmsKeyId?: string }
+    /** The key in base64, checked to be 32 bytes (settings are frozen, and a Buffer cannot be). */
+    | { readonly mode: "sse-c"; readonly customerKey: string }
+    | undefined
+  readonly prefix: string | undefined
+}
+
+const encryptModes = ["sse-s3", "sse-kms", "sse-c"]
+
+/** The `--secrets-s3-*` flags, checked; undefined without a bucket. */
+function s3SecretsPart(flags: FlagValues): S3SecretsSettings | undefined {
+  const flag = (name: string) => (flags[name] === undefined ? undefined : String(flags[name]))
+  const bucket = flag("secrets-s3-bucket")
+  if (bucket === undefined || bucket === "") return undefined
+  const accessKeyId = flag("secrets-s3-access-key-id")
+  const secretAccessKey = flag("secrets-s3-secret-access-key")
+  if ((accessKeyId === undefined) !== (secretAccessKey === undefined)) {
+    throw badRequest(
+      "give --secrets-s3-access-key-id and --secrets-s3-secret-access-key together, or neither for the SDK's default credentials",
+    )
+  }
+  const endpoint = flag("secrets-s3-endpoint")
+  if (endpoint !== undefined && !URL.canParse(endpoint)) {
+    throw badRequest(`--secrets-s3-endpoint "${endpoint}" is not a URL`)
+  }
+  return {
+    bucket,
+    endpoint,
+    region: flag("secrets-s3-region"),
+    credentials:
+      accessKeyId === undefined || secretAccessKey === undefined ? undefined : { accessKeyId, secretAccessKey },
+    passphrase: flag("secrets-s3-passphrase"),
+    encryption: s3Encryption(flag("secrets-s3-encrypt"), flag("secrets-s3-kms-key-id"), flag("secrets-s3-sse-c-key")),
+    prefix: flag("secrets-s3-prefix"),
+  }
+}
+
+function s3Encryption(
+  mode: string | undefined,
+  kmsKeyId: string | undefined,
+  sseCKey: string | undefined,
+): S3SecretsSettings["encryption"] {
+  if (mode === undefined || mode === "") {
+    if (kmsKeyId !== undefined || sseCKey !== undefined) {
+      throw badRequest("--secrets-s3-kms-key-id and --secrets-s3-sse-c-key need --secrets-s3-encrypt sse-kms or sse-c")
+    }
+    return undefined
+  }
+  // contract.md: the neutral `sse-provider` is `sse-s3`.
+  const chosen = mode === "sse-provider" ? "sse-s3" : mode
+  if (!encryptModes.includes(chosen)) {
+    throw badRequest(`--secrets-s3-encrypt "${mode}" is not known: use ${encryptModes.join(", ")}`)
+  }
+  if (chosen !== "sse-kms" && kmsKeyId !== undefined) {
+    throw badRequest("--secrets-s3-kms-key-id is for --secrets-s3-encrypt sse-kms")
+  }
+  if (chosen !== "sse-c" && sseCKey !== undefined)
+    throw badRequest("--secrets-s3-sse-c-key is for --secrets-s3-encrypt sse-c")
+  if (chosen === "sse-s3") return { mode: "sse-s3" }
+  if (chosen === "sse-kms") return kmsKeyId === undefined ? { mode: "sse-kms" } : { mode: "sse-kms", kmsKeyId }
+  if (sseCKey === undefined) {
+    throw badRequest("--secrets-s3-encrypt sse-c needs its key: --secrets-s3-sse-c-key, 32 bytes in base64")
+  }
+  const customerKey = Buffer.from(sseCKey, "base64")
+  if (customerKey.length !== 32 || customerKey.toString("base64") !== sseCKey) {
+    throw badRequest(
+      `--secrets-s3-sse-c-key must be 32 bytes in base64 (44 characters), not ${sseCKey.length} characters; make one with: openssl rand -base64 32`,
+    )
+  }
+  return { mode: "sse-c", customerKey: sseCKey }
 }

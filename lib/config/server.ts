@@ -6,6 +6,7 @@ import {
   hostEnvironment,
   parseDurationFlag,
   parsePositiveInt,
+  parseSwitch,
   readFlags,
 } from "./flags.ts"
 import { type OperatorSettings, operatorFlags, operatorPart } from "./operator.ts"
@@ -20,6 +21,8 @@ export type ApiSettings = {
   readonly maxBodyBytes: number
   readonly webhookTimeoutMs: number
   readonly webhookMaxAgeMs: number
+  /** MCP clients may trigger pipelines and stop runs (audited); without it MCP only reads. */
+  readonly mcpAllowActions: boolean
 }
 
 export const serverFlags: readonly FlagSpec[] = [
@@ -44,6 +47,11 @@ export const serverFlags: readonly FlagSpec[] = [
     value: "DURATION",
     defaultValue: "5m",
     description: "Slack and Stripe webhooks signed longer ago than this are refused as replays",
+  },
+  {
+    name: "mcp-allow-actions",
+    description:
+      "MCP clients may also trigger pipelines and stop runs (trigger_pipeline, stop_run), under the same access rules as REST and audited; without it MCP only reads",
   },
 ]
 
@@ -79,5 +87,6 @@ export function apiPart(flags: FlagValues): ApiSettings {
     maxBodyBytes: parsePositiveInt(flags["max-body-mb"] as string, "max-body-mb") * 1024 * 1024,
     webhookTimeoutMs: parseDurationFlag(flags["webhook-timeout"] as string, "webhook-timeout"),
     webhookMaxAgeMs: parseDurationFlag(flags["webhook-max-age"] as string, "webhook-max-age"),
+    mcpAllowActions: parseSwitch(flags["mcp-allow-actions"] as string | undefined, "mcp-allow-actions"),
   }
 }

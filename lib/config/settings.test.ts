@@ -23,7 +23,13 @@ describe("settings per role", () => {
     expect(serverSettings({}, drivers, { ...env, CI_PORT: "9001" }).http.port).toBe(9001)
     expect(serverSettings({}, drivers, env)).toMatchObject({
       http: { port: 8080, host: "127.0.0.1" },
-      api: { maxQueueSize: 100, maxBodyBytes: 10 * 1024 * 1024, webhookTimeoutMs: 5000, webhookMaxAgeMs: 300_000 },
+      api: {
+        maxQueueSize: 100,
+        maxBodyBytes: 10 * 1024 * 1024,
+        webhookTimeoutMs: 5000,
+        webhookMaxAgeMs: 300_000,
+        mcpAllowActions: false,
+      },
       namespace: "default",
       storagePath: "runnel.db",
       logStorePath: "runnel-logs.db",
@@ -74,5 +80,71 @@ describe("settings per role", () => {
       authorization: "Bearer t",
     })
     expect(() => clientSettings({ serverUrl: "ftp://x" }, {})).toThrow('--server-url "ftp://x" must start with http://')
+  })
+})
+
+describe("S3 secrets settings", () => {
+  const key = Buffer.alloc(32, 7).toString("base64")
+
+  it("select S3 when the bucket is set, from flags or CI_SECRETS_S3_* or the neutral spellings", () => {
+    expect(serverSettings({}, drivers, env).s3Secrets).toBeUndefined()
+    expect(
+      serverSettings(
+        { secretsS3Bucket: "team-secrets", secretsS3Endpoint: "http://127.0.0.1:9000", secretsS3Encrypt: "sse-s3" },
+        drivers,
+        { ...env, CI_SECRETS_S3_PREFIX: "ci", CI_SECRETS_S3_PASSPHRASE: "pp" },
+      ).s3Secrets,
+    ).toEqual({
+      bucket: "team-secrets",
+      endpoint: "http://127.0.0.1:9000",
+      region: undefined,
+      credentials: undefined,
+      passphrase: "pp",
+      encryption: { mode: "sse-s3" },
+      prefix: "ci",
+    })
+    const neutral = serverSettings({ secretsObjstoreBucket: "b1", secretsObjstoreEncrypt: "sse-provider" }, drivers, {
+      ...env,
+      CI_SECRETS_OBJSTORE_ACCESS_KEY_ID: "id",
+      CI_SECRETS_OBJSTORE_SECRET_ACCESS_KEY: "sk",
+    }).s3Secrets
+    expect(neutral).toMatchObject({
+      bucket: "b1",
+      encryption: { mode: "sse-s3" },
+      credentials: { accessKeyId: "id", secretAccessKey: "sk" },
+    })
+    expect(apiserverSettings({ kubeconfig: "k", secretsS3Bucket: "b2" }, drivers, env).s3Secrets?.bucket).toBe("b2")
+  })
+
+  it("take sse-kms with an optional key id, and sse-c with its 32-byte key", () => {
+    const s3 = (flags: Record<string, string>) =>
+      serverSettings({ secretsS3Bucket: "b", ...flags }, drivers, env).s3Secrets
+    expect(s3({ secretsS3Encrypt: "sse-kms" })?.encryption).toEqual({ mode: "sse-kms" })
+    expect(s3({ secretsS3Encrypt: "sse-kms", secretsS3KmsKeyId: "alias/ci" })?.encryption).toEqual({
+      mode: "sse-kms",
+      kmsKeyId: "alias/ci",
+    })
+    expect(s3({ secretsS3Encrypt: "sse-c", secretsS3SseCKey: key })?.encryption).toEqual({
+      mode: "sse-c",
+      customerKey: key,
+    })
+  })
+
+  it("refuse an unknown mode listing the three, sse-c without a key or with a bad one, and half the credentials", () => {
+    const s3 = (flags: Record<string, string>) => () => serverSettings({ secretsS3Bucket: "b", ...flags }, drivers, env)
+    expect(s3({ secretsS3Encrypt: "aes" })).toThrow(
+      '--secrets-s3-encrypt "aes" is not known: use sse-s3, sse-kms, sse-c',
+    )
+    expect(s3({ secretsS3Encrypt: "sse-c" })).toThrow(
+      "--secrets-s3-encrypt sse-c needs its key: --secrets-s3-sse-c-key",
+    )
+    expect(s3({ secretsS3Encrypt: "sse-c", secretsS3SseCKey: "c2hvcnQ=" })).toThrow(
+      "--secrets-s3-sse-c-key must be 32 bytes in base64",
+    )
+    expect(s3({ secretsS3SseCKey: key })).toThrow("need --secrets-s3-encrypt sse-kms or sse-c")
+    expect(s3({ secretsS3AccessKeyId: "id" })).toThrow(
+      "give --secrets-s3-access-key-id and --secrets-s3-secret-access-key together",
+    )
+    expect(s3({ secretsS3Endpoint: "not a url" })).toThrow('--secrets-s3-endpoint "not a url" is not a URL')
   })
 })

@@ -33,6 +33,10 @@ export const featureDisabled = (feature: string) =>
     `the "${feature}" feature is not enabled on this server; start it with --allowed-features naming ${feature}`,
   )
 
+/** New work asked of a server that is shutting down: 503, to be tried again once it is back. */
+export const shuttingDown = () =>
+  new RunnelError(503, "shutting_down", "the server is shutting down and takes no new work; try again once it is back")
+
 /**
  * runnel could not do its part of a run: the script does not compile, a secret
  * is missing, the driver is down, a sandbox limit was hit. A run that ends with

@@ -1,6 +1,7 @@
-import type { KubeConfig, KubernetesObject, V1OwnerReference } from "@kubernetes/client-node"
+import type { KubeConfig, KubernetesObject, V1CronJob, V1OwnerReference } from "@kubernetes/client-node"
 import {
   ApiException,
+  BatchV1Api,
   CoreV1Api,
   CustomObjectsApi,
   KubernetesObjectApi,
@@ -568,6 +569,64 @@ export function kubeApiContract(name: string, open: () => Promise<KubeApiUnderTe
           }),
         )
         expect(code).toBe(409)
+      })
+    })
+
+    describe("batch/v1 CronJobs (a Schedule's mirror in cronjob mode)", () => {
+      // Without a schedule it is invalid, which the type cannot say: hence the cast.
+      const cronJob = (cronJobName: string, owners?: V1OwnerReference[], schedule?: string) =>
+        ({
+          apiVersion: "batch/v1",
+          kind: "CronJob",
+          metadata: { name: cronJobName, ownerReferences: owners },
+          spec: {
+            ...(schedule === undefined ? {} : { schedule }),
+            timeZone: "Europe/Paris",
+            // Suspended: a real cluster's controller must not start Jobs from this suite.
+            suspend: true,
+            jobTemplate: {
+              spec: {
+                template: {
+                  spec: {
+                    restartPolicy: "OnFailure",
+                    containers: [{ name: "fire", image: "busybox", args: ["true"] }],
+                  },
+                },
+              },
+            },
+          },
+        }) as V1CronJob
+
+      it("stores a CronJob with Kubernetes' defaults, refuses one without a schedule, and deletes it with its owner", async () => {
+        const batch = api.kubeConfig.makeApiClient(BatchV1Api)
+        const owner = await create(pipeline("cron-owner"))
+        const created = await batch.createNamespacedCronJob({
+          namespace,
+          body: cronJob("cron-mirror", [ownedBy(owner)], "0 9 * * *"),
+        })
+        expect(created.spec).toMatchObject({
+          schedule: "0 9 * * *",
+          timeZone: "Europe/Paris",
+          suspend: true,
+          concurrencyPolicy: "Allow",
+          successfulJobsHistoryLimit: 3,
+          failedJobsHistoryLimit: 1,
+        })
+        const replaced = await batch.replaceNamespacedCronJob({
+          namespace,
+          name: "cron-mirror",
+          body: {
+            ...created,
+            spec: { ...created.spec, schedule: "0 10 * * *", jobTemplate: created.spec?.jobTemplate ?? {} },
+          },
+        })
+        expect(replaced.spec?.schedule).toBe("0 10 * * *")
+        expect((await refusal(batch.createNamespacedCronJob({ namespace, body: cronJob("cron-bad") }))).code).toBe(422)
+        await objects.deleteNamespacedCustomObject({ ...pipelines, name: "cron-owner" })
+        await eventually(
+          async () => !(await exists(batch.readNamespacedCronJob({ namespace, name: "cron-mirror" }))),
+          "the CronJob goes with its owner",
+        )
       })
     })
 

@@ -4,7 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest"
 import { type RunningApi, startEmbeddedApi } from "../../kubeserver/embedded-api.fixture.ts"
 import { loadCrds } from "../../kubeserver/resource-types.ts"
 import { ResourceClient } from "./resource-client.ts"
-import { type PipelineObject, pipelineLabel, runnelApiVersion } from "./resources.ts"
+import { derivedScheduleLabel, type PipelineObject, pipelineLabel, runnelApiVersion } from "./resources.ts"
 
 // The one client of runnel's resources against the embedded API with runnel's own CRDs, over loopback HTTP.
 const crds = loadCrds(resolve(import.meta.dirname, "../../crds"))
@@ -98,15 +98,16 @@ describe("the resource client", () => {
     })
   })
 
-  it("finds the Schedules of one Pipeline by its label", async () => {
-    for (const [name, owner] of [
-      ["a-nightly", "a"],
-      ["b-nightly", "b"],
+  it("finds the Schedules derived from one Pipeline by their labels, not those applied by hand", async () => {
+    for (const [name, owner, derived] of [
+      ["a-nightly", "a", true],
+      ["a-by-hand", "a", false],
+      ["b-nightly", "b", true],
     ] as const) {
       await client.createSchedule({
         apiVersion: runnelApiVersion,
         kind: "Schedule",
-        metadata: { name, labels: { [pipelineLabel]: owner } },
+        metadata: { name, labels: { [pipelineLabel]: owner, ...(derived ? { [derivedScheduleLabel]: "yaml" } : {}) } },
         spec: { pipelineRef: { name: owner }, jobName: "nightly", type: "cron", expression: "0 3 * * *" },
       })
     }

@@ -1,5 +1,6 @@
 import {
   ApiException,
+  BatchV1Api,
   CoreV1Api,
   CustomObjectsApi,
   type KubeConfig,
@@ -7,11 +8,14 @@ import {
   type KubernetesObject,
   PatchStrategy,
   setHeaderOptions,
+  type V1CronJob,
   type V1Secret,
 } from "@kubernetes/client-node"
 import { RunnelError } from "../core/errors.ts"
 import {
   defaultWebhookSecretKey,
+  derivedScheduleLabel,
+  type GateObject,
   type PipelineObject,
   pipelineLabel,
   pipelineOwnerReference,
@@ -19,6 +23,7 @@ import {
   type RunObject,
   type RunStatusFields,
   resourcePath,
+  runLabel,
   runnelApiVersion,
   runnelGroup,
   runnelVersion,
@@ -43,11 +48,13 @@ export class ResourceClient {
   readonly namespace: string
   readonly #objects: CustomObjectsApi
   readonly #core: CoreV1Api
+  readonly #batch: BatchV1Api
 
   constructor(kubeConfig: KubeConfig, namespace: string) {
     this.namespace = namespace
     this.#objects = kubeConfig.makeApiClient(CustomObjectsApi)
     this.#core = kubeConfig.makeApiClient(CoreV1Api)
+    this.#batch = kubeConfig.makeApiClient(BatchV1Api)
   }
 
   /** `/apis/runnel.dev/v1alpha1/namespaces/NS/PLURAL`, the path informers watch. */
@@ -109,6 +116,21 @@ export class ResourceClient {
     return this.#objects.createNamespacedCustomObject({ ...this.#where("runs"), body: run })
   }
 
+  /**
+   * Creates a Run whose name says what it is for (a schedule's tick): true
+   * when this call created it, false when it already existed (409), so that
+   * a second operator, a restart or a retried Job never starts a second run.
+   */
+  async createRunOnce(run: RunObject): Promise<boolean> {
+    try {
+      await this.createRun(run)
+      return true
+    } catch (error) {
+      if (error instanceof ApiException && error.code === 409) return false
+      throw error
+    }
+  }
+
   patchRun(name: string, patch: Partial<RunObject>): Promise<RunObject | undefined> {
     return ifGone(this.#objects.patchNamespacedCustomObject({ ...this.#where("runs"), name, body: patch }, merge))
   }
@@ -128,13 +150,36 @@ export class ResourceClient {
     return this.#delete("runs", name, "Background")
   }
 
-  /** The Schedules derived from one Pipeline (label `runnel.dev/pipeline`). */
+  /** The Schedules the operator derived from one Pipeline's YAML (labels `runnel.dev/pipeline` and `runnel.dev/derived-from`). */
   async listSchedules(pipeline: string): Promise<ScheduleObject[]> {
     const list = (await this.#objects.listNamespacedCustomObject({
       ...this.#where("schedules"),
-      labelSelector: `${pipelineLabel}=${pipeline}`,
+      labelSelector: `${pipelineLabel}=${pipeline},${derivedScheduleLabel}=yaml`,
     })) as KubernetesListObject<ScheduleObject>
     return list.items
+  }
+
+  getSchedule(name: string): Promise<ScheduleObject | undefined> {
+    return ifGone(this.#objects.getNamespacedCustomObject({ ...this.#where("schedules"), name }))
+  }
+
+  patchScheduleStatus(
+    name: string,
+    status: NonNullable<ScheduleObject["status"]>,
+  ): Promise<ScheduleObject | undefined> {
+    return ifGone(
+      this.#objects.patchNamespacedCustomObjectStatus({ ...this.#where("schedules"), name, body: { status } }, merge),
+    )
+  }
+
+  /** Sets `spec.enabled`, and the update time the REST view shows. */
+  patchScheduleEnabled(name: string, enabled: boolean, annotations: Record<string, string>) {
+    return ifGone<ScheduleObject>(
+      this.#objects.patchNamespacedCustomObject(
+        { ...this.#where("schedules"), name, body: { metadata: { annotations }, spec: { enabled } } },
+        merge,
+      ),
+    )
   }
 
   createSchedule(schedule: ScheduleObject): Promise<ScheduleObject> {
@@ -150,6 +195,70 @@ export class ResourceClient {
   /** `false` when it was already gone. */
   deleteSchedule(name: string): Promise<boolean> {
     return this.#delete("schedules", name)
+  }
+
+  getGate(name: string): Promise<GateObject | undefined> {
+    return ifGone(this.#objects.getNamespacedCustomObject({ ...this.#where("gates"), name }))
+  }
+
+  /** The Gates of one Run (label `runnel.dev/run`), or of every run. */
+  async listGates(run?: string): Promise<GateObject[]> {
+    const list = (await this.#objects.listNamespacedCustomObject({
+      ...this.#where("gates"),
+      ...(run === undefined ? {} : { labelSelector: `${runLabel}=${run}` }),
+    })) as KubernetesListObject<GateObject>
+    return list.items
+  }
+
+  createGate(gate: GateObject): Promise<GateObject> {
+    return this.#objects.createNamespacedCustomObject({ ...this.#where("gates"), body: gate })
+  }
+
+  /**
+   * Writes a person's decision into `spec.decision`, guarded by the
+   * resourceVersion the caller read: a gate decided or resolved meanwhile is a 409.
+   */
+  decideGate(gate: GateObject, decision: NonNullable<GateObject["spec"]["decision"]>): Promise<GateObject | undefined> {
+    const body = { metadata: { resourceVersion: gate.metadata?.resourceVersion }, spec: { decision } }
+    return ifGone(
+      this.#objects.patchNamespacedCustomObject(
+        { ...this.#where("gates"), name: gate.metadata?.name ?? "", body },
+        merge,
+      ),
+    )
+  }
+
+  /** The operator's write of a gate's status, guarded like decideGate: two outcomes never both land. */
+  patchGateStatus(gate: GateObject, status: NonNullable<GateObject["status"]>): Promise<GateObject | undefined> {
+    const body = { metadata: { resourceVersion: gate.metadata?.resourceVersion }, status }
+    return ifGone(
+      this.#objects.patchNamespacedCustomObjectStatus(
+        { ...this.#where("gates"), name: gate.metadata?.name ?? "", body },
+        merge,
+      ),
+    )
+  }
+
+  /** Creates the CronJob, or replaces its spec when it differs (a Schedule's mirror in cronjob mode). */
+  async putCronJob(cronJob: V1CronJob): Promise<void> {
+    const name = cronJob.metadata?.name ?? ""
+    const namespace = this.namespace
+    const existing = await ifGone(this.#batch.readNamespacedCronJob({ name, namespace }))
+    if (existing === undefined) {
+      await this.#batch.createNamespacedCronJob({ namespace, body: cronJob })
+      return
+    }
+    const wanted = {
+      ...cronJob,
+      metadata: { ...cronJob.metadata, resourceVersion: existing.metadata?.resourceVersion },
+    }
+    if (JSON.stringify(existing.spec) === JSON.stringify({ ...existing.spec, ...cronJob.spec })) return
+    await this.#batch.replaceNamespacedCronJob({ name, namespace, body: wanted })
+  }
+
+  /** `false` when it was already gone. */
+  async deleteCronJob(name: string): Promise<boolean> {
+    return (await ifGone(this.#batch.deleteNamespacedCronJob({ name, namespace: this.namespace }))) !== undefined
   }
 
   /** Creates or replaces the core Secret that `pipeline.spec.webhookSecretRef` names, owned by the Pipeline. */

@@ -151,17 +151,79 @@ export type ScheduleObject = KubernetesObject & {
     type: "cron" | "interval"
     /** A cron expression, or a Go-style duration for `interval`. */
     expression: string
+    /** `cron`: the IANA time zone of the expression; UTC when absent. */
+    timeZone?: string
+    /** The run's `pipelineContext.args`. */
+    args?: string[]
+    /** The last missed tick fires once after downtime if it is at most this old; 300 when absent. */
+    startingDeadlineSeconds?: number
     enabled?: boolean
   }
   status?: {
     lastRunAt?: string | null
     nextRunAt?: string | null
     observedGeneration?: number
+    conditions?: Condition[]
+  }
+}
+
+/** The label on the Schedules the operator derives from a YAML pipeline, which it alone creates and deletes. */
+export const derivedScheduleLabel = "runnel.dev/derived-from"
+
+/** The label on a Run a Schedule started: the Schedule's name. */
+export const scheduleLabel = "runnel.dev/schedule"
+
+/** Annotations on a Run a Schedule started: the tick it is for, and when it was created (both RFC 3339, milliseconds). */
+export const scheduledRunAnnotations = { dueAt: "runnel.dev/due-at", firedAt: "runnel.dev/fired-at" } as const
+
+/**
+ * The name of the one Run of a schedule's tick: `<schedule>-<tick in Unix
+ * seconds>`. Whoever fires the tick (a timer, a second operator, a retried
+ * CronJob) creates the same name, so every create after the first is a 409.
+ */
+export const scheduledRunName = (schedule: string, dueMs: number) => `${schedule}-${Math.floor(dueMs / 1000)}`
+
+/**
+ * The Run of one tick of a Schedule, the same whoever creates it: trigger
+ * type `schedule`, `triggered_by` the Schedule's name, the schedule's job (or
+ * the whole pipeline) and args; owned by the Pipeline so it goes with it.
+ */
+export function scheduledRun(
+  schedule: ScheduleObject,
+  pipeline: PipelineObject,
+  dueMs: number,
+  firedMs: number,
+): RunObject {
+  const scheduleName = schedule.metadata?.name ?? ""
+  const pipelineName = schedule.spec.pipelineRef.name
+  const trigger: RunTrigger = { type: "schedule", by: scheduleName, args: [...(schedule.spec.args ?? [])] }
+  if (schedule.spec.jobName !== undefined && schedule.spec.jobName !== "") trigger.jobs = [schedule.spec.jobName]
+  return {
+    apiVersion: runnelApiVersion,
+    kind: "Run",
+    metadata: {
+      name: scheduledRunName(scheduleName, dueMs),
+      labels: { [pipelineLabel]: pipelineName, [scheduleLabel]: scheduleName },
+      annotations: {
+        [scheduledRunAnnotations.dueAt]: new Date(dueMs).toISOString(),
+        [scheduledRunAnnotations.firedAt]: new Date(firedMs).toISOString(),
+      },
+      ownerReferences: [pipelineOwnerReference(pipeline)],
+    },
+    spec: { pipelineRef: { name: pipelineName }, trigger },
   }
 }
 
 /** `status.phase` of a Gate; absent means pending. */
 export type GatePhase = "pending" | "approved" | "rejected" | "expired"
+
+/** A person's decision on a Gate (`spec.decision`): final once written; the operator copies it into the status. */
+export type GateDecision = {
+  phase: "approved" | "rejected"
+  /** Who decided; the operator records `kubectl` when absent. */
+  by?: string
+  comment?: string
+}
 
 /** An approval a running pipeline waits on (crds/gates.runnel.dev.yaml), owned by its Run. */
 export type GateObject = KubernetesObject & {
@@ -173,13 +235,42 @@ export type GateObject = KubernetesObject & {
     message?: string
     /** A Go-style duration counted from the gate's creation; absent, it waits until resolved. */
     timeout?: string
+    /** A CEL expression over the user that a REST approver must satisfy, beside the pipeline's RBAC. */
+    approvers?: string
+    decision?: GateDecision
   }
   status?: {
     phase?: GatePhase
     resolvedAt?: string | null
     /** `<provider>:<user>`; empty while pending or when it expired. */
     resolvedBy?: string
+    comment?: string
   }
+}
+
+/** The label on Gates that names their Run. */
+export const runLabel = "runnel.dev/run"
+
+/** Annotations on a Gate: its creation time to the millisecond (creationTimestamp has whole seconds), for expiry. */
+export const gateAnnotations = { createdAt: "runnel.dev/created-at" } as const
+
+/** The id (metadata.name) of a run's `n`th gate, counted from 1 in the order the pipeline asks for them. */
+export const gateId = (runName: string, n: number) => `${runName}-gate-${n}`
+
+export const isFinalGate = (gate: GateObject) => (gate.status?.phase ?? "pending") !== "pending"
+
+/** When the gate was created, in epoch milliseconds: what its timeout counts from. */
+export function gateCreatedAt(gate: GateObject): number {
+  const precise = Date.parse(gate.metadata?.annotations?.[gateAnnotations.createdAt] ?? "")
+  if (!Number.isNaN(precise)) return precise
+  return Date.parse(String(gate.metadata?.creationTimestamp ?? "")) || Date.now()
+}
+
+/** The owner reference that ties a Gate to its Run, so that Kubernetes deletes it with the Run. */
+export function runOwnerReference(run: {
+  readonly metadata?: { readonly name?: string; readonly uid?: string }
+}): V1OwnerReference {
+  return { apiVersion: runnelApiVersion, kind: "Run", name: run.metadata?.name ?? "", uid: run.metadata?.uid ?? "" }
 }
 
 /**

@@ -26,13 +26,25 @@ export interface LogStore {
    */
   readChunks(runId: string, afterId: number, limit?: number): StoredChunk[]
   /**
-   * Full-text search over stored output (FTS5 query syntax), newest first,
-   * at most `limit` hits (default 20), each a chunk of output with a short
-   * snippet around the match. The index is filled behind ingest, so output
-   * appended in the last moments may not be found yet; `flush()` waits for
-   * it. A query FTS5 cannot parse throws a 400 RunnelError naming it.
+   * Full-text search over stored output: ranked by BM25 when at most 1,000
+   * rows match, newest first when more do (ranking a word found everywhere
+   * costs time in proportion to the store, and recency is then the better
+   * order), each hit a row of output with a snippet around the match (matched words between « and »).
+   * `query` is plain words: every word must occur, and characters that are
+   * query syntax elsewhere (quotes, `*`, `:`, parentheses, AND/OR/NOT) are
+   * only separators, so no query is an error; a query with no word finds
+   * nothing. It runs off the caller's thread, so a slow query never stalls
+   * ingest or requests. The index is filled behind ingest, within about a
+   * second while output keeps coming, so output appended in the last moments
+   * may not be found yet; `flush()` waits for it.
    */
-  search(query: string, options?: { runId?: string; limit?: number }): SearchHit[]
+  search(request: SearchRequest): Promise<SearchPage>
+  /**
+   * Part of one stream of one task's output, in characters (Unicode code
+   * points): at most `limit` from `offset`, and the stream's total length.
+   * Read off the caller's thread, so paging through a 200 MB log stalls nothing.
+   */
+  outputPage(runId: string, path: string, stream: OutputStream, offset: number, limit: number): Promise<OutputPage>
   /**
    * Keeps a piece of a run's input too large for its resource (a webhook body
    * above 512 KiB), committed before it returns; `name` replaces an earlier one.
@@ -51,6 +63,30 @@ export type StoredChunk = {
   readonly path: string
   readonly stream: OutputStream
   readonly text: string
+}
+
+export type SearchRequest = {
+  readonly query: string
+  /** Only output of these runs; absent: every run. */
+  readonly runIds?: readonly string[]
+  /** Never output of these runs (those of pipelines the user may not see). */
+  readonly exceptRunIds?: readonly string[]
+  /** Hits to skip, for paging. */
+  readonly offset?: number
+  /** At most this many hits (default 20). */
+  readonly limit?: number
+}
+
+export type SearchPage = {
+  readonly hits: readonly SearchHit[]
+  /** True when hits beyond this page exist. */
+  readonly hasMore: boolean
+}
+
+export type OutputPage = {
+  readonly text: string
+  /** The stream's whole length in characters. */
+  readonly total: number
 }
 
 export type SearchHit = {

@@ -1,4 +1,5 @@
-import type { DatabaseSync, SQLInputValue, StatementSync } from "node:sqlite"
+import { setPriority } from "node:os"
+import type { DatabaseSync, SQLOutputValue, StatementSync } from "node:sqlite"
 import {
   isMainThread,
   MessageChannel,
@@ -8,11 +9,11 @@ import {
   Worker,
   workerData,
 } from "node:worker_threads"
-import { badRequest, errorMessage, SystemError } from "../core/errors.ts"
+import { errorMessage, SystemError } from "../core/errors.ts"
 import type { OutputStream, TaskRecord } from "../core/run.ts"
 import type { TaskStatus } from "../core/status.ts"
 import { migrate, openDatabase, transaction } from "../sqlite/database.ts"
-import type { LogStore, SearchHit, StoredChunk } from "./log-store.ts"
+import type { LogStore, OutputPage, SearchHit, SearchPage, SearchRequest, StoredChunk } from "./log-store.ts"
 
 /** Schema steps for migrate(): append new steps, never edit one that has shipped. */
 const migrations: readonly string[] = [
@@ -74,20 +75,28 @@ const transactionMs = 50
  * slows the stream itself (measured: 63 against 88 MB/s through Docker's attach).
  */
 const indexIdleMs = 250
+/** Output that keeps coming is indexed anyway once it has waited this long: search lags ingest by about this much. */
+const maxIndexLagMs = 1_000
 const checkpointChars = 4 << 20
 const defaultSearchLimit = 20
+/** Queries with at most this many matching rows (of 16 KiB at most each) are ranked by BM25; more, newest first. */
+const rankWindow = 1_000
 const defaultReadLimit = 1000
 /** Beyond this many runs with writes on their way, the committed ones are forgotten. */
 const maxUnsyncedRuns = 64
 const writerRole = "runnel-log-writer"
+const readerRole = "runnel-log-reader"
 
 /** Opens (creating or migrating) the log store in the SQLite file at `path`; `:memory:` for a private store. */
 export async function openSqliteLogStore(path: string): Promise<LogStore> {
   const db = openDatabase(path, databaseOptions)
   try {
     migrate(db, migrations)
-    const writer = path === ":memory:" ? inlineWriter(db) : await threadWriter(path)
-    return new SqliteLogStore(db, writer)
+    const [writer, reader] =
+      path === ":memory:"
+        ? [inlineWriter(db), inlineReader(db)]
+        : await Promise.all([threadWriter(path), threadReader(path)])
+    return new SqliteLogStore(db, writer, reader)
   } catch (error) {
     db.close()
     throw error
@@ -108,8 +117,7 @@ class SqliteLogStore implements LogStore {
   readonly #selectTasks: StatementSync
   readonly #selectOutput: StatementSync
   readonly #selectChunks: StatementSync
-  readonly #search: StatementSync
-  readonly #searchRun: StatementSync
+  readonly #reader: Reader
   readonly #attach: StatementSync
   readonly #attachment: StatementSync
   #tasks: TaskRecord[] = []
@@ -122,9 +130,10 @@ class SqliteLogStore implements LogStore {
   #failure: Error | undefined
   #closed: Promise<void> | undefined
 
-  constructor(db: DatabaseSync, writer: Writer) {
+  constructor(db: DatabaseSync, writer: Writer, reader: Reader) {
     this.#db = db
     this.#writer = writer
+    this.#reader = reader
     this.#selectTasks = db.prepare(
       "SELECT run_id, path, name, status, code, started_at, ended_at FROM tasks WHERE run_id = ? ORDER BY seq",
     )
@@ -132,19 +141,8 @@ class SqliteLogStore implements LogStore {
     this.#selectChunks = db.prepare(
       "SELECT id, path, stream, text FROM chunks INDEXED BY chunks_by_run WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
     )
-    // Newest first by rowid, never by rank: ranking reads every hit (≈70 ms per GiB for a common word).
-    const hits = `SELECT c.run_id, c.path, c.stream, snippet(chunks_fts, 0, '', '', '…', 16) AS snippet
-                  FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid`
-    this.#search = db.prepare(`${hits} WHERE chunks_fts MATCH ? ORDER BY chunks_fts.rowid DESC LIMIT ?`)
-    // A run's chunks lie between its first and last id, a range FTS5 skips to instead of reading every hit.
     this.#attach = db.prepare("INSERT OR REPLACE INTO attachments (run_id, name, data) VALUES (?, ?, ?)")
     this.#attachment = db.prepare("SELECT data FROM attachments WHERE run_id = ? AND name = ?")
-    this.#searchRun = db.prepare(
-      `${hits} WHERE chunks_fts MATCH $query AND c.run_id = $runId
-         AND chunks_fts.rowid BETWEEN (SELECT min(id) FROM chunks WHERE run_id = $runId)
-                                  AND (SELECT max(id) FROM chunks WHERE run_id = $runId)
-       ORDER BY chunks_fts.rowid DESC LIMIT $limit`,
-    )
   }
 
   // Written on this connection, not the writer's batches: the caller needs it committed before it goes on.
@@ -205,24 +203,16 @@ class SqliteLogStore implements LogStore {
     }))
   }
 
-  search(query: string, options: { runId?: string; limit?: number } = {}): SearchHit[] {
-    const { runId, limit = defaultSearchLimit } = options
-    let rows: Record<string, SQLInputValue>[]
-    try {
-      rows = runId === undefined ? this.#search.all(query, limit) : this.#searchRun.all({ query, runId, limit })
-    } catch (error) {
-      // SQLITE_ERROR (1) is what FTS5 raises for a query it cannot parse; locks and I/O have other codes.
-      if ((error as { errcode?: unknown }).errcode !== 1) throw error
-      throw badRequest(`search query "${query}" is not valid FTS5 query syntax: ${errorMessage(error)}`, {
-        cause: error,
-      })
-    }
-    return rows.map((row) => ({
-      runId: String(row.run_id),
-      path: String(row.path),
-      stream: String(row.stream) as OutputStream,
-      snippet: String(row.snippet),
-    }))
+  search(request: SearchRequest): Promise<SearchPage> {
+    this.#assertOpen()
+    return this.#reader.search(request)
+  }
+
+  outputPage(runId: string, path: string, stream: OutputStream, offset: number, limit: number): Promise<OutputPage> {
+    this.#assertOpen()
+    // Committed first, so that the reader's connection sees every write made before this call.
+    this.#sync(runId)
+    return this.#reader.outputPage({ runId, path, stream, offset, limit })
   }
 
   async flush(): Promise<void> {
@@ -240,7 +230,7 @@ class SqliteLogStore implements LogStore {
       await this.flush()
     } finally {
       clearImmediate(this.#scheduled)
-      await this.#writer.close()
+      await Promise.all([this.#writer.close(), this.#reader.close()])
       this.#db.close()
     }
   }
@@ -406,6 +396,199 @@ function inlineWriter(db: DatabaseSync): Writer {
   }
 }
 
+type PageRequest = { runId: string; path: string; stream: OutputStream; offset: number; limit: number }
+
+/** Reads that may take long: each answers on another thread than the caller's (but for `:memory:`). */
+type Reader = {
+  search(request: SearchRequest): Promise<SearchPage>
+  outputPage(request: PageRequest): Promise<OutputPage>
+  close(): Promise<void>
+}
+
+/**
+ * FTS5 query text that matches rows holding every word of `query`, each word
+ * quoted as a string: whatever FTS5 syntax the query held (quotes, `*`, `:`,
+ * `^`, parentheses, AND/OR/NOT/NEAR) is only a separator. Words are what the
+ * unicode61 tokenizer keeps: letters, digits and the private-use and `_`-less
+ * rest become separators too. Undefined when there is no word.
+ */
+export function ftsWords(query: string): string | undefined {
+  const words = query.match(/[\p{L}\p{N}\p{M}]+/gu) ?? []
+  return words.length === 0 ? undefined : words.map((word) => `"${word}"`).join(" ")
+}
+
+/** The statements of a read connection: ranked search, and pages of a stream. */
+function readStatements(db: DatabaseSync) {
+  // The matching rows newest first: FTS5 walks a word's rows by rowid and stops at the LIMIT, so this costs
+  // the same for a common word in 1 GiB as in 10 MB (measured: ≈3 ms for 1,001 rows of a word in every row).
+  const newest = (filter: string) =>
+    db.prepare(
+      `SELECT chunks_fts.rowid AS id FROM chunks_fts ${filter === "" ? "" : "JOIN chunks c ON c.id = chunks_fts.rowid"}
+       WHERE chunks_fts MATCH $match ${filter} ORDER BY chunks_fts.rowid DESC LIMIT $limit OFFSET $offset`,
+    )
+  const everywhere = newest("")
+  const only = newest("AND c.run_id IN (SELECT value FROM json_each($runs))")
+  const except = newest("AND c.run_id NOT IN (SELECT value FROM json_each($runs))")
+  // One run's rows lie between its first and last id, a range FTS5 skips to instead of reading every hit.
+  const oneRun =
+    newest(`AND c.run_id = $run AND chunks_fts.rowid BETWEEN (SELECT min(id) FROM chunks WHERE run_id = $run)
+                                                                 AND (SELECT max(id) FROM chunks WHERE run_id = $run)`)
+  // BM25 reads every row of each word to weigh it (≈17 ms per 64 MB for a word in every row), so it ranks only
+  // queries with at most rankWindow matching rows; more than that are answered newest first.
+  const ranked = db.prepare(
+    `SELECT rowid AS id FROM chunks_fts WHERE chunks_fts MATCH $match AND rowid IN (SELECT value FROM json_each($ids))
+     ORDER BY rank, rowid DESC LIMIT $limit OFFSET $offset`,
+  )
+  const hit = db.prepare(
+    `SELECT c.run_id, c.path, c.stream, snippet(chunks_fts, 0, '«', '»', '…', 24) AS snippet
+     FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH $match AND chunks_fts.rowid = $id`,
+  )
+  const ids = (rows: Record<string, SQLOutputValue>[]) => rows.map((row) => Number(row.id))
+  const total = db.prepare(
+    "SELECT coalesce(sum(length(text)), 0) AS total FROM chunks WHERE run_id = ? AND path = ? AND stream = ?",
+  )
+  // Each row's place in the stream, in characters, and the part of it the page covers.
+  const slice = db.prepare(
+    `SELECT substr(text, max($offset - start, 0) + 1, $end - max(start, $offset)) AS text FROM (
+       SELECT text, sum(length(text)) OVER (ORDER BY id) - length(text) AS start
+       FROM chunks WHERE run_id = $runId AND path = $path AND stream = $stream)
+     WHERE start < $end AND start + length(text) > $offset ORDER BY start`,
+  )
+  return {
+    search({ query, runIds, exceptRunIds, offset = 0, limit = defaultSearchLimit }: SearchRequest): SearchPage {
+      const match = ftsWords(query)
+      if (match === undefined || runIds?.length === 0) return { hits: [], hasMore: false }
+      const [statement, scope] =
+        runIds?.length === 1
+          ? [oneRun, { run: runIds[0] ?? "" }]
+          : runIds !== undefined
+            ? [only, { runs: JSON.stringify(runIds) }]
+            : exceptRunIds !== undefined && exceptRunIds.length > 0
+              ? [except, { runs: JSON.stringify(exceptRunIds) }]
+              : [everywhere, {}]
+      const window = ids(statement.all({ match, ...scope, limit: rankWindow + 1, offset: 0 }))
+      const page =
+        window.length <= rankWindow
+          ? ids(ranked.all({ match, ids: JSON.stringify(window), limit: limit + 1, offset }))
+          : offset + limit < window.length
+            ? window.slice(offset, offset + limit + 1)
+            : ids(statement.all({ match, ...scope, limit: limit + 1, offset }))
+      const hits = page.slice(0, limit).map((id): SearchHit => {
+        const row = hit.get({ match, id }) ?? {}
+        return {
+          runId: String(row.run_id),
+          path: String(row.path),
+          stream: String(row.stream) as OutputStream,
+          snippet: String(row.snippet),
+        }
+      })
+      return { hits, hasMore: page.length > limit }
+    },
+    outputPage({ runId, path, stream, offset, limit }: PageRequest): OutputPage {
+      const text = slice
+        .all({ runId, path, stream, offset, end: offset + limit })
+        .map((row) => String(row.text))
+        .join("")
+      return { text, total: Number(total.get(runId, path, stream)?.total ?? 0) }
+    },
+  }
+}
+
+/** For `:memory:` stores, which no second connection can open: reads run on the caller's connection. */
+function inlineReader(db: DatabaseSync): Reader {
+  const statements = readStatements(db)
+  return {
+    search: async (request) => statements.search(request),
+    outputPage: async (request) => statements.outputPage(request),
+    close: async () => {},
+  }
+}
+
+type ToReader = { id: number; search: SearchRequest } | { id: number; page: PageRequest }
+type FromReader = { id: number; result?: SearchPage | OutputPage; error?: string }
+type ReaderData = { role: typeof readerRole; path: string }
+
+/**
+ * A thread with its own read connection, so that a search over a large store
+ * (tens of ms for a common word per GiB) or a page deep in a long log never
+ * stalls the event loop. Requests are answered in order, one at a time: a
+ * queue of slow searches delays other searches, never ingest or webhooks. In
+ * WAL mode this connection reads beside the writer's without waiting for it.
+ * Referenced only while a request is out, so an idle store keeps no process alive.
+ */
+async function threadReader(path: string): Promise<Reader> {
+  const worker = new Worker(new URL(import.meta.url), { workerData: { role: readerRole, path } satisfies ReaderData })
+  const pending = new Map<number, { resolve: (result: never) => void; reject: (error: Error) => void }>()
+  let nextId = 0
+  let failure: Error | undefined
+  const failAll = (reason: string) => {
+    failure ??= new SystemError(`the log store's reader thread stopped: ${reason}`)
+    for (const { reject } of pending.values()) reject(failure)
+    pending.clear()
+  }
+  worker.on("message", ({ id, result, error }: FromReader) => {
+    const waiter = pending.get(id)
+    pending.delete(id)
+    if (pending.size === 0) worker.unref()
+    if (error !== undefined) waiter?.reject(new SystemError(`the log store could not read: ${error}`))
+    else waiter?.resolve(result as never)
+  })
+  worker.on("error", (error) => failAll(errorMessage(error)))
+  const exited = new Promise<void>((resolve) =>
+    worker.once("exit", (code) => {
+      failAll(`it exited with code ${code}`)
+      resolve()
+    }),
+  )
+  await new Promise<void>((resolve, reject) => {
+    worker.once("online", resolve)
+    worker.once("error", reject)
+  })
+  worker.unref()
+  const ask = <T>(request: Omit<ToReader, "id">): Promise<T> => {
+    if (failure !== undefined) return Promise.reject(failure)
+    const id = ++nextId
+    worker.ref()
+    return new Promise<T>((resolve, reject) => {
+      pending.set(id, { resolve: resolve as (result: never) => void, reject })
+      worker.postMessage({ id, ...request })
+    })
+  }
+  return {
+    search: (search) => ask<SearchPage>({ search }),
+    outputPage: (page) => ask<OutputPage>({ page }),
+    async close() {
+      await worker.terminate()
+      await exited
+    },
+  }
+}
+
+/** The reader thread's nice value: searches yield the CPU to the event loop (webhooks, runs) when both want it. */
+const readerNice = 10
+
+function runReader(path: string, store: MessagePort): void {
+  // On Linux a nice value belongs to a thread, and pid 0 is the calling one: this lowers the reader alone.
+  // Elsewhere it may lower the whole process, or fail; either way searches still run.
+  if (process.platform === "linux") {
+    try {
+      setPriority(0, readerNice)
+    } catch {
+      // Not permitted here: the reader runs at the process's priority.
+    }
+  }
+  const db = openDatabase(path, databaseOptions)
+  const statements = readStatements(db)
+  store.on("message", (message: ToReader) => {
+    try {
+      const result = "search" in message ? statements.search(message.search) : statements.outputPage(message.page)
+      store.postMessage({ id: message.id, result } satisfies FromReader)
+    } catch (error) {
+      store.postMessage({ id: message.id, error: errorMessage(error) } satisfies FromReader)
+    }
+  })
+}
+
 /** Int32 slots shared between the store and its writer thread. */
 const slots = {
   /** Bumped by the store after each message, so an idle writer wakes up. */
@@ -548,7 +731,7 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
   const statements = writeStatements(db)
   const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
   /** Batches written but not yet wholly indexed, with the id of their last chunk. */
-  const unindexed: { seq: number; lastId: number }[] = []
+  const unindexed: { seq: number; lastId: number; atMs: number }[] = []
   let appliedSeq = 0
   let committedSeq = 0
   let open = false
@@ -598,15 +781,17 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
         continue
       }
       if (!open) begin()
-      unindexed.push({ seq: message.seq, lastId: statements.apply(message) })
       lastBatchAt = performance.now()
+      unindexed.push({ seq: message.seq, lastId: statements.apply(message), atMs: lastBatchAt })
       for (const chunk of message.chunks) uncheckpointedChars += chunk.text.length
       appliedSeq = message.seq
       Atomics.store(shared, slots.applied, appliedSeq)
       Atomics.notify(shared, slots.applied)
     }
     const quietForMs = performance.now() - lastBatchAt
-    const quiet = quietForMs >= indexIdleMs
+    // Quiet, or output that has waited too long: a stream that never pauses is still searchable within a second.
+    const lagMs = unindexed[0] === undefined ? 0 : performance.now() - unindexed[0].atMs
+    const quiet = quietForMs >= indexIdleMs || lagMs >= maxIndexLagMs
     // Chunks left unindexed by a process that ended are taken up here too: progress is shared in the file.
     if (!open && !stopping && quiet && statements.hasUnindexed()) begin()
     const indexed = open && !stopping && quiet ? statements.indexAfter(progress) : undefined
@@ -630,14 +815,23 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
         report()
       }
       // Output arrived moments ago: wake when it has been quiet long enough to index, or at the next batch.
-      Atomics.wait(shared, slots.bell, rung, quiet ? Number.POSITIVE_INFINITY : indexIdleMs - quietForMs)
+      Atomics.wait(
+        shared,
+        slots.bell,
+        rung,
+        quiet ? Number.POSITIVE_INFINITY : Math.min(indexIdleMs - quietForMs, maxIndexLagMs - lagMs),
+      )
     }
   }
 }
 
 if (!isMainThread && parentPort !== null) {
-  const data = workerData as Partial<WriterData> | undefined
-  if (data?.role === writerRole && data.path !== undefined && data.shared !== undefined && data.batches !== undefined) {
-    runWriter(data.path, data.shared, data.batches, parentPort)
+  const data = workerData as { role?: string; path?: string } | undefined
+  if (data?.role === writerRole) {
+    const { path, shared, batches } = data as Partial<WriterData>
+    if (path !== undefined && shared !== undefined && batches !== undefined)
+      runWriter(path, shared, batches, parentPort)
+  } else if (data?.role === readerRole && data.path !== undefined) {
+    runReader(data.path, parentPort)
   }
 }

@@ -19,7 +19,8 @@ function recordingStore() {
         .map((entry) => entry.text)
         .join(""),
     readChunks: () => [],
-    search: () => [],
+    search: async () => ({ hits: [], hasMore: false }),
+    outputPage: async () => ({ text: "", total: 0 }),
     attach() {},
     attachment: () => undefined,
     flush: async () => {},

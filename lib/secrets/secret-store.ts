@@ -85,6 +85,17 @@ export function assertSecretEntry(key: string, value: unknown): void {
 }
 
 /**
+ * The entries of a set() as pairs, after checking the scope and every entry:
+ * a backend calls it before it writes any, so a bad one leaves the store as it was.
+ */
+export function checkedEntries(scope: string, entries: Readonly<Record<string, string>>): [string, string][] {
+  assertSecretScope(scope)
+  const pairs = Object.entries(entries)
+  for (const [key, value] of pairs) assertSecretEntry(key, value)
+  return pairs
+}
+
+/**
  * A run's view of the store. `scopes` are looked up in order, so the pipeline's
  * scope goes before the global one and its values override the global ones
  * (interface.md, Secrets rule 1). values() is every value of every scope,

@@ -5,7 +5,8 @@ import { join } from "node:path"
 import { DatabaseSync } from "node:sqlite"
 import { describe, expect, it, onTestFinished } from "vitest"
 import { RunnelError, SystemError } from "../core/errors.ts"
-import { globalScope, maxSecretValueBytes, pipelineScope, type SecretStore } from "./secret-store.ts"
+import { globalScope, pipelineScope, type SecretStore } from "./secret-store.ts"
+import { secretStoreContract } from "./secret-store-contract.fixture.ts"
 import { openSqliteSecretStore, type SqliteSecretStoreOptions } from "./sqlite-secret-store.ts"
 
 function tempDir(): string {
@@ -33,121 +34,10 @@ const pipelineA = pipelineScope("0b9c7c9e-5a55-4c8e-9d59-1f1f2c3a4b5c")
 const pipelineB = pipelineScope("7e1d2f3a-0000-4000-8000-abcdefabcdef")
 
 for (const kind of ["file with a key file", "file with a passphrase", ":memory:"] as const) {
-  const openStore = () => {
-    if (kind === ":memory:") return open({ path: ":memory:" })
+  secretStoreContract(`SQLite (${kind})`, () => {
+    if (kind === ":memory:") return openSqliteSecretStore({ path: ":memory:" })
     const path = tempFile()
-    return open(kind === "file with a passphrase" ? { path, passphrase: "correct horse" } : { path })
-  }
-
-  describe(`SQLite secret store (${kind})`, () => {
-    it("gives back what was set, and undefined for a key never set", async () => {
-      const store = await openStore()
-      await store.set(globalScope, { TOKEN: "s3cret", EMPTY: "", UNICODE: "pässwörd ✓ 🔑" })
-      expect(await store.get(globalScope, "TOKEN")).toBe("s3cret")
-      expect(await store.get(globalScope, "EMPTY")).toBe("")
-      expect(await store.get(globalScope, "UNICODE")).toBe("pässwörd ✓ 🔑")
-      expect(await store.get(globalScope, "MISSING")).toBeUndefined()
-    })
-
-    it("replaces a value that is set again and keeps the others", async () => {
-      const store = await openStore()
-      await store.set(globalScope, { A: "one", B: "two" })
-      await store.set(globalScope, { A: "uno" })
-      expect(await store.get(globalScope, "A")).toBe("uno")
-      expect(await store.get(globalScope, "B")).toBe("two")
-    })
-
-    it("keeps scopes apart", async () => {
-      const store = await openStore()
-      await store.set(globalScope, { TOKEN: "global-token" })
-      await store.set(pipelineA, { TOKEN: "a-token", ONLY_A: "a" })
-      await store.set(pipelineB, { TOKEN: "b-token" })
-      expect(await store.get(pipelineA, "TOKEN")).toBe("a-token")
-      expect(await store.get(pipelineB, "TOKEN")).toBe("b-token")
-      expect(await store.get(globalScope, "TOKEN")).toBe("global-token")
-      expect(await store.get(pipelineB, "ONLY_A")).toBeUndefined()
-      expect(await store.keys(pipelineB)).toEqual(["TOKEN"])
-    })
-
-    it("lists a scope's keys sorted, and nothing for an empty scope", async () => {
-      const store = await openStore()
-      await store.set(pipelineA, { ZETA: "z", ALPHA: "a", _UNDER: "u", Mixed: "m", BETA: "b" })
-      expect(await store.keys(pipelineA)).toEqual(["ALPHA", "BETA", "Mixed", "ZETA", "_UNDER"])
-      expect(await store.keys(pipelineB)).toEqual([])
-    })
-
-    it("gives every value of a scope for redaction", async () => {
-      const store = await openStore()
-      await store.set(pipelineA, { A: "alpha-value", B: "beta-value" })
-      await store.set(globalScope, { G: "global-value" })
-      expect((await store.values(pipelineA)).sort()).toEqual(["alpha-value", "beta-value"])
-      expect(await store.values(pipelineB)).toEqual([])
-    })
-
-    it("deletes one key, and says whether it was there", async () => {
-      const store = await openStore()
-      await store.set(pipelineA, { A: "1", B: "2" })
-      expect(await store.delete(pipelineA, "A")).toBe(true)
-      expect(await store.delete(pipelineA, "A")).toBe(false)
-      expect(await store.delete(pipelineB, "B")).toBe(false)
-      expect(await store.keys(pipelineA)).toEqual(["B"])
-    })
-
-    it("deletes a whole scope and counts what it removed, leaving other scopes", async () => {
-      const store = await openStore()
-      await store.set(pipelineA, { A: "1", B: "2", C: "3" })
-      await store.set(globalScope, { A: "g" })
-      expect(await store.deleteScope(pipelineA)).toBe(3)
-      expect(await store.deleteScope(pipelineA)).toBe(0)
-      expect(await store.keys(pipelineA)).toEqual([])
-      expect(await store.get(globalScope, "A")).toBe("g")
-    })
-
-    it("rejects bad key names with the rule, and writes none of the entries", async () => {
-      const store = await openStore()
-      await store.set(globalScope, { KEEP: "old" })
-      for (const bad of ["1ABC", "A-B", "A B", "", "ÄPFEL", "a.b", "$HOME"]) {
-        await expect(store.set(globalScope, { KEEP: "new", [bad]: "v" }), bad).rejects.toThrow(
-          expect.objectContaining({
-            status: 400,
-            message: expect.stringContaining('use letters, digits and "_", not starting with a digit'),
-          }),
-        )
-      }
-      await expect(store.set(globalScope, { ["K".repeat(257)]: "v" })).rejects.toThrow(
-        expect.objectContaining({ status: 400, message: expect.stringContaining("at most 256 characters") }),
-      )
-      await store.set(globalScope, { ["K".repeat(256)]: "v" })
-      expect(await store.get(globalScope, "KEEP")).toBe("old")
-    })
-
-    it("rejects a value over 64 KiB without showing it", async () => {
-      const store = await openStore()
-      const large = "x".repeat(maxSecretValueBytes - 1)
-      await store.set(globalScope, { LARGE: `${large}y` })
-      expect(await store.get(globalScope, "LARGE")).toHaveLength(maxSecretValueBytes)
-      const error = await store.set(globalScope, { HUGE: `${large}éé` }).catch((error: unknown) => error)
-      expect(error).toBeInstanceOf(RunnelError)
-      expect((error as RunnelError).status).toBe(400)
-      expect((error as RunnelError).message).toBe('secret "HUGE" is too large: a value is at most 64 KiB of UTF-8')
-    })
-
-    it("rejects a scope that is neither global nor a pipeline's", async () => {
-      const store = await openStore()
-      for (const scope of ["", "Global", "pipeline:", "pipeline:a b", "team:x"]) {
-        await expect(store.get(scope, "A"), scope).rejects.toThrow(
-          expect.objectContaining({ status: 400, message: expect.stringContaining('use "global", "pipeline:') }),
-        )
-      }
-      expect(() => pipelineScope("")).toThrow(expect.objectContaining({ status: 400 }))
-    })
-
-    it("closes once, and refuses calls after", async () => {
-      const store = await openStore()
-      await store.close()
-      await store.close()
-      await expect(store.get(globalScope, "A")).rejects.toThrow("the secret store is closed")
-    })
+    return openSqliteSecretStore(kind === "file with a passphrase" ? { path, passphrase: "correct horse" } : { path })
   })
 }
 

@@ -4,7 +4,7 @@ import { checkKey, type KeyCheck } from "../crypto/key-check.ts"
 import { keyFromFile } from "../crypto/key-file.ts"
 import { keyFromPassphrase, randomKey, type Sealed, Sealer } from "../crypto/sealer.ts"
 import { migrate, openDatabase, transaction } from "../sqlite/database.ts"
-import { assertSecretEntry, assertSecretScope, type SecretStore } from "./secret-store.ts"
+import { assertSecretScope, checkedEntries, type SecretStore } from "./secret-store.ts"
 
 export type SqliteSecretStoreOptions = {
   /** The database file; `:memory:` for secrets that end with the process. */
@@ -195,10 +195,7 @@ class SqliteSecretStore implements SecretStore {
 
   async set(scope: string, entries: Readonly<Record<string, string>>): Promise<void> {
     this.#assertOpen()
-    assertSecretScope(scope)
-    const pairs = Object.entries(entries)
-    // Every entry is checked before any is written: a bad one leaves the store as it was.
-    for (const [key, value] of pairs) assertSecretEntry(key, value)
+    const pairs = checkedEntries(scope, entries)
     if (pairs.length === 0) return
     const sealed = pairs.map(([key, value]) => ({ key, ...this.#sealer.seal(value, rowAad(scope, key)) }))
     transaction(this.#db, () => {

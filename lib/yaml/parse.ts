@@ -1,3 +1,5 @@
+import { errorMessage } from "../core/errors.ts"
+import { minimumIntervalMs, scheduleTimes } from "../schedule/schedule-times.ts"
 import { Checker, describe, hasVariable, isMapping, type Node } from "./checker.ts"
 import { didYouMean, suggestion } from "./did-you-mean.ts"
 import { childPath, loadYaml, SourceLines } from "./load.ts"
@@ -151,7 +153,7 @@ const hookKeys = [
   ["on_abort", "onAbort"],
   ["ensure", "ensure"],
 ] as const
-const stepKinds = ["task", "get", "put", "load_var", "set_pipeline", "do", "try", "in_parallel"] as const
+const stepKinds = ["task", "get", "put", "load_var", "set_pipeline", "gate", "do", "try", "in_parallel"] as const
 const modifierKeys = ["timeout", "attempts", "tags", "across", ...hookKeys.map(([key]) => key)] as const
 const stepKeys: Record<StepKind, readonly string[]> = {
   task: [
@@ -171,6 +173,7 @@ const stepKeys: Record<StepKind, readonly string[]> = {
   put: ["put", "resource", "params", "inputs", "get_params", "no_get"],
   load_var: ["load_var", "file", "format", "reveal"],
   set_pipeline: ["set_pipeline", "file", "vars", "var_files"],
+  gate: ["gate", "message", "approvers"],
   do: ["do"],
   try: ["try"],
   in_parallel: ["in_parallel"],
@@ -353,26 +356,33 @@ class PipelineReader {
     }
   }
 
-  /** `triggers: {schedule: {cron: "0 * * * *"}}` or `{every: 5m}`: stored as a Schedule when the pipeline is. */
+  /**
+   * `triggers: {schedule: {cron: "0 * * * *", timezone: Europe/Paris}}` or `{every: 5m}`: stored as a
+   * Schedule when the pipeline is, so each is checked here as the scheduler will read it.
+   */
   #triggers(node: Node): Job["triggers"] {
     const c = this.#c
     if (c.mapping(node, "triggers", ["schedule"]) === undefined) return undefined
     const scheduleNode = c.child(node, "schedule")
     if (scheduleNode === undefined) return {}
-    if (c.mapping(scheduleNode, "schedule", ["cron", "every"]) === undefined) return {}
+    if (c.mapping(scheduleNode, "schedule", ["cron", "every", "timezone"]) === undefined) return {}
     const cronNode = c.child(scheduleNode, "cron")
     const everyNode = c.child(scheduleNode, "every")
+    const zoneNode = c.child(scheduleNode, "timezone")
     if (cronNode !== undefined && everyNode !== undefined) {
       c.problem(scheduleNode, "a schedule has either cron or every, not both")
       return {}
     }
     let schedule: Schedule | undefined
     if (cronNode !== undefined) {
-      const cron = this.#cron(cronNode)
-      if (cron !== undefined) schedule = { cron }
+      const timeZone = zoneNode === undefined ? undefined : c.string(zoneNode)
+      const cron = this.#cron(cronNode, timeZone)
+      if (cron !== undefined) schedule = timeZone === undefined ? { cron } : { cron, timeZone }
     } else if (everyNode !== undefined) {
+      if (zoneNode !== undefined)
+        c.problem(zoneNode, "timezone applies to cron schedules only; every counts from the schedule's creation")
       // Schedules are created when the pipeline is stored, so the interval must be written out.
-      const every = c.duration(everyNode, { allowVariable: false, minimumMs: 1000 })
+      const every = c.duration(everyNode, { allowVariable: false, minimumMs: minimumIntervalMs })
       if (every !== undefined) schedule = { every }
     } else {
       c.problem(scheduleNode, 'a schedule needs cron (for example cron: "0 * * * *") or every (for example every: 1h)')
@@ -380,17 +390,15 @@ class PipelineReader {
     return schedule === undefined ? {} : { schedule }
   }
 
-  /** Only the shape is checked here: five fields of cron characters. */
-  #cron(node: Node): string | undefined {
+  /** A cron expression as the scheduler reads it (cron-parser): its message when it cannot. */
+  #cron(node: Node, timeZone: string | undefined): string | undefined {
     const text = this.#c.string(node)
     if (text === undefined) return undefined
-    const fields = text.trim().split(/\s+/)
     if (hasVariable(text)) return this.#c.problem(node, "must be written out: a variable is not allowed here")
-    if (fields.length !== 5 || !fields.every((field) => /^[0-9A-Za-z*/,?#-]+$/.test(field))) {
-      return this.#c.problem(
-        node,
-        `"${text}" is not a cron expression of five fields (minute hour day-of-month month day-of-week), for example "0 * * * *"`,
-      )
+    try {
+      scheduleTimes("cron", text, { timeZone })
+    } catch (error) {
+      return this.#c.problem(node, errorMessage(error))
     }
     return text.trim()
   }
@@ -453,6 +461,8 @@ class PipelineReader {
         return this.#loadVar(node, kindNode, common)
       case "set_pipeline":
         return this.#setPipeline(node, kindNode, common)
+      case "gate":
+        return this.#gate(node, kindNode, common)
       case "do": {
         if (kindNode === undefined) return c.problem(node, "do needs a list of steps")
         const steps = (c.list(kindNode) ?? []).flatMap((item) => this.#step(item, depth + 1) ?? [])
@@ -632,6 +642,24 @@ class PipelineReader {
     const reveal = c.boolean(c.child(node, "reveal"))
     if (name === undefined || file === undefined) return undefined
     return { kind: "load_var", name, file, ...(format === undefined ? {} : { format }), reveal, ...common }
+  }
+
+  /** `gate: NAME` with `message` and `approvers`; its `timeout` is the common modifier, counted from the gate's creation. */
+  #gate(node: Node, kindNode: Node | undefined, common: StepCommon): Step | undefined {
+    const c = this.#c
+    const name = this.#stepName(node, kindNode, "gate")
+    const messageNode = c.child(node, "message")
+    const message = messageNode === undefined ? undefined : c.string(messageNode)
+    const approversNode = c.child(node, "approvers")
+    const approvers = approversNode === undefined ? undefined : c.string(approversNode)
+    if (name === undefined) return undefined
+    return {
+      kind: "gate",
+      name,
+      ...(message === undefined ? {} : { message }),
+      ...(approvers === undefined ? {} : { approvers }),
+      ...common,
+    }
   }
 
   #setPipeline(node: Node, kindNode: Node | undefined, common: StepCommon): Step | undefined {

@@ -76,7 +76,8 @@ export type Hooks = {
   readonly ensure?: Step
 }
 
-export type Schedule = { readonly cron: string } | { readonly every: string }
+/** `timeZone`: an IANA name for the cron expression; UTC when absent (or a `CRON_TZ=` prefix). */
+export type Schedule = { readonly cron: string; readonly timeZone?: string } | { readonly every: string }
 
 export type Job = Hooks & {
   readonly at: SourceAt
@@ -181,6 +182,15 @@ export type SetPipelineStep = StepCommon & {
   readonly varFiles: readonly string[]
 }
 
+/** An approval gate: the job waits until a person approves (success) or rejects it, or its timeout passes (failure). */
+export type GateStep = StepCommon & {
+  readonly kind: "gate"
+  readonly name: string
+  readonly message?: string
+  /** A CEL expression over the user that an approver must satisfy. */
+  readonly approvers?: string
+}
+
 export type DoStep = StepCommon & { readonly kind: "do"; readonly steps: readonly Step[] }
 export type TryStep = StepCommon & { readonly kind: "try"; readonly step: Step }
 export type InParallelStep = StepCommon & {
@@ -191,7 +201,16 @@ export type InParallelStep = StepCommon & {
   readonly failFast: boolean
 }
 
-export type Step = TaskStep | GetStep | PutStep | LoadVarStep | SetPipelineStep | DoStep | TryStep | InParallelStep
+export type Step =
+  | TaskStep
+  | GetStep
+  | PutStep
+  | LoadVarStep
+  | SetPipelineStep
+  | GateStep
+  | DoStep
+  | TryStep
+  | InParallelStep
 export type StepKind = Step["kind"]
 
 export type ImageResource = {

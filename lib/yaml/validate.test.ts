@@ -222,9 +222,29 @@ jobs:
     ])
   })
 
+  it("reads a gate step with its message, approvers and timeout, and refuses a malformed one", () => {
+    const plan = parseYamlPipeline(
+      base("  - gate: prod\n    message: ship?\n    timeout: 1h\n    approvers: '\"release\" in Groups'\n"),
+    ).jobs[0]?.plan
+    expect(plan?.[1]).toMatchObject({
+      kind: "gate",
+      name: "prod",
+      message: "ship?",
+      timeout: "1h",
+      approvers: '"release" in Groups',
+    })
+    expect(messageOf(base("  - gate: prod\n    message: 5\n"))).toMatch(
+      /^jobs\[0\]\.plan\[1\]\.message: must be a string/,
+    )
+    expect(messageOf(base("  - gate: prod\n    mesage: hi\n"))).toMatch(
+      /unknown key "mesage" in a gate step; did you mean "message"\?/,
+    )
+    expect(messageOf(base("  - gate: prod\n    timeout: soon\n"))).toMatch(/timeout/)
+  })
+
   it("refuses a step without a kind, with a typo of one, or with two", () => {
     expect(messageOf(base("  - timeout: 5m\n"))).toBe(
-      "jobs[0].plan[1]: a step needs one of task, get, put, load_var, set_pipeline, do, try, in_parallel (line 8)",
+      "jobs[0].plan[1]: a step needs one of task, get, put, load_var, set_pipeline, gate, do, try, in_parallel (line 8)",
     )
     expect(messageOf(base("  - taks: unit\n"))).toBe(
       'jobs[0].plan[1].taks: unknown key "taks" in a step; did you mean "task"? (line 8)',
@@ -258,11 +278,20 @@ jobs:
     ])
   })
 
-  it("checks schedules: five cron fields, a written-out interval of at least a second", () => {
+  it("checks schedules as the scheduler reads them, and a written-out interval of at least a second", () => {
     const job = (schedule: string) => base(`  triggers:\n    schedule: ${schedule}\n`)
-    expect(messageOf(job('{cron: "0 * * * * *"}'))).toBe(
-      'jobs[0].triggers.schedule.cron: "0 * * * * *" is not a cron expression of five fields (minute hour day-of-month month day-of-week), for example "0 * * * *" (line 9)',
+    expect(messageOf(job('{cron: "61 * * * *"}'))).toBe(
+      'jobs[0].triggers.schedule.cron: invalid cron expression "61 * * * *": Constraint error, got value 61 expected range 0-59 (line 9)',
     )
+    expect(messageOf(job('{cron: "* * *"}'))).toBe(
+      'jobs[0].triggers.schedule.cron: invalid cron expression "* * *": it has 3 fields; write 5 (minute hour day-of-month month day-of-week), 6 with seconds first, or a shorthand such as @hourly (line 9)',
+    )
+    expect(messageOf(job('{cron: "0 9 * * *", timezone: Mars/Base}'))).toBe(
+      'jobs[0].triggers.schedule.cron: unknown time zone "Mars/Base"; use an IANA name such as "UTC" or "Europe/Paris" (line 9)',
+    )
+    for (const fine of ['{cron: "*/5 * * * * *"}', "{cron: '@hourly'}", '{cron: "CRON_TZ=Europe/Paris 0 9 * * *"}']) {
+      expect(() => parseYamlPipeline(job(fine))).not.toThrow()
+    }
     expect(messageOf(job("{every: 500ms}"))).toBe("jobs[0].triggers.schedule.every: must be at least 1s (line 9)")
     expect(messageOf(job("{every: ((interval))}"))).toBe(
       "jobs[0].triggers.schedule.every: must be written out: a variable is not allowed here (line 9)",

@@ -2,6 +2,7 @@ import type { RunResult } from "../../lib/core/run.ts"
 import type { WebhookRequest, WebhookResponse } from "../../lib/core/webhook-request.ts"
 import { Redactor } from "../../lib/logs/redactor.ts"
 import { compileScript } from "../../lib/script/compile.ts"
+import { GateClosed, type GateRequest, gatesDisabledMessage, type RunGates } from "./gates.ts"
 import type { TaskResult } from "./run-context.ts"
 import { runInSandbox, type SandboxLimits, ScriptFailure } from "./sandbox/sandbox.ts"
 import { type RunDeps, runToEnd } from "./settle.ts"
@@ -50,6 +51,8 @@ export type EngineDeps = RunDeps & {
    * values in the body and header values are redacted.
    */
   readonly respond?: (response: WebhookResponse) => void
+  /** The run's approval gates; absent when the `gates` feature is off (the gate call then fails). */
+  readonly gates?: RunGates
 }
 
 /**
@@ -92,6 +95,14 @@ export function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortSignal)
           return true
         },
         webhookTrigger: webhookTrigger(webhook, (line) => context.console("stderr", `${line}\n`)),
+        gate: async (requestJson: string) => {
+          if (deps.gates === undefined) throw new GateClosed("rejected", gatesDisabledMessage)
+          const request = JSON.parse(requestJson) as GateRequest
+          const approval = await deps.gates.wait(request, (line) => context.console("stdout", `${line}\n`), runSignal)
+          const said = approval.comment === "" ? "" : `: ${approval.comment}`
+          context.console("stdout", `gate "${request.name}" approved by ${approval.by}${said}\n`)
+          return { id: approval.id, approvedBy: approval.by, comment: approval.comment }
+        },
       }
       try {
         await runInSandbox(script, { pipelineContext, request: webhook }, host, deps.limits, runSignal)

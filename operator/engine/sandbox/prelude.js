@@ -5,7 +5,7 @@
 ;((global) => {
   const host = global.__runnelHost
   delete global.__runnelHost
-  const { runTask, log, respond, webhookTrigger: evaluateTrigger } = host
+  const { runTask, log, respond, webhookTrigger: evaluateTrigger, gate: openGate } = host
   const pipelineContext = deepFreeze(JSON.parse(host.context))
   const request = host.request === undefined ? undefined : webhookRequest(JSON.parse(host.request))
 
@@ -38,6 +38,23 @@
       rethrown.stack = `Error: ${rethrown.message}\n${String(trace.stack).split("\n").slice(1).join("\n")}`
       throw rethrown
     }
+  }
+
+  // An asynchronous host call: `request()` builds the argument (its errors reject, with the caller's line),
+  // the host answers an envelope {ok, result} or {ok: false, message}, and the result reaches the script frozen.
+  function callHost(reference, request) {
+    const trace = new Error()
+    let json
+    try {
+      json = JSON.stringify(request())
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return reference.apply(undefined, [json], { result: { promise: true, copy: true } }).then((text) => {
+      const settled = JSON.parse(text)
+      if (!settled.ok) withCallerStack(trace)(settled)
+      return deepFreeze(settled.result)
+    }, withCallerStack(trace))
   }
 
   const volumeHandles = new WeakSet()
@@ -73,18 +90,7 @@
 
   const runtime = Object.freeze({
     run(task) {
-      const trace = new Error()
-      let json
-      try {
-        json = JSON.stringify({ ...task, mounts: mountNames(task?.mounts) })
-      } catch (error) {
-        return Promise.reject(error)
-      }
-      return runTask.apply(undefined, [json], { result: { promise: true, copy: true } }).then((text) => {
-        const settled = JSON.parse(text)
-        if (!settled.ok) withCallerStack(trace)(settled)
-        return deepFreeze(settled.result)
-      }, withCallerStack(trace))
+      return callHost(runTask, () => ({ ...task, mounts: mountNames(task?.mounts) }))
     },
   })
 
@@ -226,6 +232,70 @@
     return evaluateTrigger.applySync(undefined, [expression])
   }
 
+  const durationUnitsMs = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
+
+  // Checks `pipeline.gate()`'s argument where the script can catch the error, naming the field.
+  function gateRequest(options) {
+    const where = "pipeline.gate"
+    if (options === null || typeof options !== "object" || Array.isArray(options)) {
+      throw new TypeError(
+        `${where}: expected an object such as { name: "deploy", timeout: "1h" }, got ${show(options)}`,
+      )
+    }
+    const { name, message, timeout, approvers } = options
+    if (typeof name !== "string" || name.trim() === "" || name.length > 253) {
+      throw new TypeError(`${where}: name must be a non-empty string of at most 253 characters, got ${show(name)}`)
+    }
+    if (message !== undefined && typeof message !== "string") {
+      throw new TypeError(`${where}: message must be a string, got ${show(message)}`)
+    }
+    if (approvers !== undefined && (typeof approvers !== "string" || approvers.trim() === "")) {
+      throw new TypeError(
+        `${where}: approvers must be a CEL expression string such as 'user.username == "alice"', got ${show(approvers)}`,
+      )
+    }
+    let timeoutMs
+    if (typeof timeout === "number") {
+      if (!Number.isFinite(timeout) || timeout <= 0) {
+        throw new RangeError(
+          `${where}: timeout must be a positive number of seconds or a duration such as "30m", got ${show(timeout)}`,
+        )
+      }
+      timeoutMs = Math.round(timeout * 1000)
+    } else if (typeof timeout === "string") {
+      const parts = /^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$/.test(timeout)
+        ? timeout.match(/\d+(?:\.\d+)?(?:ms|s|m|h)/g)
+        : null
+      if (parts === null) {
+        throw new RangeError(
+          `${where}: timeout must be a duration such as "30s", "1h" or "1m30s", or a number of seconds, got ${show(timeout)}`,
+        )
+      }
+      timeoutMs = 0
+      for (const part of parts) {
+        const [, amount, unit] = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(part)
+        timeoutMs += Number(amount) * durationUnitsMs[unit]
+      }
+      timeoutMs = Math.round(timeoutMs)
+      if (timeoutMs <= 0) throw new RangeError(`${where}: timeout must be longer than 0, got ${show(timeout)}`)
+    } else if (timeout !== undefined) {
+      throw new TypeError(
+        `${where}: timeout must be a duration such as "30s" or a number of seconds, got ${show(timeout)}`,
+      )
+    }
+    return {
+      name,
+      ...(message === undefined ? {} : { message }),
+      ...(timeoutMs === undefined ? {} : { timeoutMs }),
+      ...(approvers === undefined ? {} : { approvers }),
+    }
+  }
+
+  function gate(options) {
+    return callHost(openGate, () => gateRequest(options))
+  }
+  const pipelineApi = Object.freeze({ gate })
+
   function require(name) {
     throw new Error(
       `cannot import "${name}": pipelines run in a sandbox without Node modules; run tools in a task with runtime.run()`,
@@ -241,6 +311,8 @@
     http: { value: http },
     webhookTrigger: { value: webhookTrigger },
     pipelineContext: { value: pipelineContext },
+    // A script's own `pipeline` (its export) shadows this global; __runnelMain gives that function `gate` too.
+    pipeline: { value: pipelineApi, configurable: true },
     require: { value: require },
     module: { value: module },
     exports: { get: () => module.exports },
@@ -266,6 +338,9 @@
     const exported = module.exports
     const pipeline = typeof exported.pipeline === "function" ? exported.pipeline : exported.default
     if (typeof pipeline !== "function") return JSON.stringify({ missingExport: true })
+    if (!Object.hasOwn(pipeline, "gate") && Object.isExtensible(pipeline)) {
+      Object.defineProperty(pipeline, "gate", { value: gate })
+    }
     try {
       await pipeline()
       return JSON.stringify({ ok: true })

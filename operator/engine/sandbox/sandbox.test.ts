@@ -6,13 +6,20 @@ import { runInSandbox, ScriptFailure, type ScriptHost } from "./sandbox.ts"
 const limits = { memoryMb: 64, timeoutMs: 5000 }
 
 /** Runs a script with a host that records console output and answers tasks with their name. */
-async function run(source: string, options: { timeoutMs?: number; memoryMb?: number; signal?: AbortSignal } = {}) {
+async function run(
+  source: string,
+  options: { timeoutMs?: number; memoryMb?: number; signal?: AbortSignal; gateMs?: number } = {},
+) {
   const printed: string[] = []
   const host: ScriptHost = {
     runTask: async (json) => ({ code: 0, stdout: `ran ${JSON.parse(json).name}`, stderr: "" }),
     console: (stream, text) => printed.push(`${stream}: ${text}`),
     respond: () => true,
     webhookTrigger: () => true,
+    gate: async (json) => {
+      await new Promise((resolve) => setTimeout(resolve, options.gateMs ?? 0))
+      return { approvedBy: "anonymous", request: JSON.parse(json) }
+    },
   }
   const script = await compileScript(source, "pipeline.ts")
   const settled = await runInSandbox(
@@ -37,6 +44,53 @@ describe("the script sandbox", () => {
     const { error, printed } = await run(source)
     expect(error).toBeUndefined()
     expect(printed).toBe("stdout: ran\n")
+  })
+
+  it.each([
+    [
+      "export const pipeline",
+      "export const pipeline = async () => { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }",
+    ],
+    [
+      "export { pipeline }",
+      "async function pipeline() { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }\nexport { pipeline }",
+    ],
+    [
+      "export default",
+      "export default async function () { console.log(JSON.stringify(await pipeline.gate({ name: 'go' }))) }",
+    ],
+  ])("gives pipeline.gate() to a script written with %s", async (_, source) => {
+    const { error, printed } = await run(source)
+    expect(error).toBeUndefined()
+    expect(printed).toBe('stdout: {"approvedBy":"anonymous","request":{"name":"go"}}\n')
+  })
+
+  it("checks pipeline.gate()'s argument where the script can catch it, naming the field", async () => {
+    const { error, printed } = await run(`
+      export const pipeline = async () => {
+        for (const options of [{}, { name: "d", timeout: -1 }, { name: "d", timeout: "soon" }, { name: "d", message: 5 }]) {
+          try { await pipeline.gate(options) } catch (e) { console.log(e.message) }
+        }
+        console.log(JSON.stringify(await pipeline.gate({ name: "d", timeout: "1m30s", message: "ok?" })))
+      }`)
+    expect(error).toBeUndefined()
+    expect(printed.split("\n")).toEqual([
+      "stdout: pipeline.gate: name must be a non-empty string of at most 253 characters, got undefined",
+      'stdout: pipeline.gate: timeout must be a positive number of seconds or a duration such as "30m", got -1',
+      'stdout: pipeline.gate: timeout must be a duration such as "30s", "1h" or "1m30s", or a number of seconds, got "soon"',
+      "stdout: pipeline.gate: message must be a string, got 5",
+      'stdout: {"approvedBy":"anonymous","request":{"name":"d","message":"ok?","timeoutMs":90000}}',
+      "",
+    ])
+  })
+
+  it("does not count the time a script waits on a gate against its time limit", async () => {
+    const { error, printed } = await run(
+      "export const pipeline = async () => { await pipeline.gate({ name: 'slow' }); console.log('after') }",
+      { timeoutMs: 300, gateMs: 900 },
+    )
+    expect(error).toBeUndefined()
+    expect(printed).toBe("stdout: after\n")
   })
 
   it("gives the script its context, console streams and task results", async () => {

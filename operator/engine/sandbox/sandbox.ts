@@ -38,6 +38,13 @@ export interface ScriptHost {
   respond(responseJson: string): boolean
   /** `webhookTrigger(expression)`: synchronous, never throws; an invalid expression is false and reported by the host. */
   webhookTrigger(expression: string): boolean
+  /**
+   * `pipeline.gate()`, its request checked by the prelude (a GateRequest as
+   * JSON): resolves with the approval, rejects on rejection, expiry or a
+   * feature that is off; the script can catch those. The script's time limit
+   * does not run while it waits.
+   */
+  gate(requestJson: string): Promise<unknown>
 }
 
 /** The pipeline's own code threw or rejected: the run is a `failure`, not an `error`. */
@@ -72,20 +79,39 @@ export async function runInSandbox(
     if (!isolate.isDisposed) isolate.dispose()
   }
   const onAbort = () => stop(signal.reason instanceof Error ? signal.reason : new Error(String(signal.reason)))
-  const timer = setTimeout(
-    () =>
-      stop(
-        new SystemError(
-          `the pipeline ran longer than its time limit (--pipeline-timeout ${formatMs(limits.timeoutMs)}) and was stopped`,
+  // The time limit counts the script's own time: it stops while the script waits on a gate (for a person).
+  let leftMs = limits.timeoutMs
+  let armedAt = Date.now()
+  let timer: NodeJS.Timeout | undefined
+  let waits = 0
+  const arm = () => {
+    armedAt = Date.now()
+    timer = setTimeout(
+      () =>
+        stop(
+          new SystemError(
+            `the pipeline ran longer than its time limit (--pipeline-timeout ${formatMs(limits.timeoutMs)}) and was stopped`,
+          ),
         ),
-      ),
-    limits.timeoutMs,
-  )
+      leftMs,
+    )
+  }
+  const clock = {
+    pause() {
+      if (waits++ > 0) return
+      clearTimeout(timer)
+      leftMs -= Date.now() - armedAt
+    },
+    resume() {
+      if (--waits === 0 && !isolate.isDisposed) arm()
+    },
+  }
+  arm()
   signal.addEventListener("abort", onAbort, { once: true })
   try {
     if (signal.aborted) throw signal.reason
     const context = await isolate.createContext()
-    await context.global.set("__runnelHost", hostObject(globals, host), { copy: true })
+    await context.global.set("__runnelHost", hostObject(globals, host, clock), { copy: true })
     await (await isolate.compileScript(prelude, { filename: "runnel:prelude" })).run(context)
     const main = await isolate.compileScript(`__runnelMain(function () {\n${script.code}\n})`, {
       filename: script.filename,
@@ -113,7 +139,7 @@ export async function runInSandbox(
   }
 }
 
-function hostObject(globals: ScriptGlobals, host: ScriptHost) {
+function hostObject(globals: ScriptGlobals, host: ScriptHost, clock: { pause(): void; resume(): void }) {
   return {
     context: JSON.stringify(globals.pipelineContext),
     request: globals.request === undefined ? undefined : JSON.stringify(globals.request),
@@ -125,6 +151,16 @@ function hostObject(globals: ScriptGlobals, host: ScriptHost) {
         return JSON.stringify({ ok: true, result: await host.runTask(taskJson) })
       } catch (error) {
         return JSON.stringify({ ok: false, message: errorMessage(error) })
+      }
+    }),
+    gate: new ivm.Reference(async (requestJson: string) => {
+      clock.pause()
+      try {
+        return JSON.stringify({ ok: true, result: await host.gate(requestJson) })
+      } catch (error) {
+        return JSON.stringify({ ok: false, message: errorMessage(error) })
+      } finally {
+        clock.resume()
       }
     }),
     log: new ivm.Reference((stream: OutputStream, text: string) => host.console(stream, text)),

@@ -1,6 +1,7 @@
 import { parseDuration } from "../../../lib/core/duration.ts"
 import { errorMessage } from "../../../lib/core/errors.ts"
 import type { AcrossVar, Hooks, Step, YamlValue } from "../../../lib/yaml/types.ts"
+import { runGateStep } from "./gate-step.ts"
 import { runLoadVarStep } from "./load-var.ts"
 import { runGetStep, runPutStep } from "./resource-steps.ts"
 import { lookupOf, noteError, type Outcome, type Scope } from "./scope.ts"
@@ -152,6 +153,8 @@ async function runCore(step: Step, scope: Scope): Promise<Outcome> {
       return runLoadVarStep(step, scope)
     case "set_pipeline":
       return runSetPipelineStep(step, scope)
+    case "gate":
+      return runGateStep(step, scope)
     case "do":
       return runSequence(step.steps, scope)
     case "try": {

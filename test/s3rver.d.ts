@@ -1,0 +1,10 @@
+// The part of s3rver (an S3-protocol server for tests, which ships no types) that the tests use.
+declare module "s3rver" {
+  import type { AddressInfo } from "node:net"
+
+  export default class S3rver {
+    constructor(options: { port?: number; address?: string; silent?: boolean; directory: string })
+    run(): Promise<AddressInfo>
+    close(): Promise<void>
+  }
+}
