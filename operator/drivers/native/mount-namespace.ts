@@ -50,6 +50,10 @@ const unshareArgs = ["--mount", "--user", "--map-root-user"] as const
  * is an argument.
  */
 const script = `set -e
+# mount, mountpoint and chroot may be in sbin, which the task's PATH may lack; the task gets its own PATH back.
+task_path=$PATH
+PATH=/usr/sbin:/sbin:/usr/bin:/bin:$PATH
+chroot=$(command -v chroot)
 new=$1; shift
 mount --make-rprivate /
 mount -t tmpfs runnel-task-root "$new"
@@ -81,7 +85,8 @@ while [ "$1" != "--" ]; do
 done
 shift
 cwd=$1; shift
-exec chroot "$new" sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"`
+PATH=$task_path
+exec "$chroot" "$new" sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"`
 
 /** The program and arguments that run `command` in a namespace with `binds` (container path to host directory). */
 export function inMountNamespace(
