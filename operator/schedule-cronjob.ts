@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto"
 import type { V1CronJob } from "@kubernetes/client-node"
-import { runnelApiVersion, type ScheduleObject } from "../lib/kube/resources.ts"
+import { ownerReference, type ScheduleObject, scheduleLabel } from "../lib/kube/resources.ts"
 import { cronParts } from "../lib/schedule/schedule-times.ts"
 
 /** What a Schedule's CronJob runs: runnel's own image, under an account that may only create Runs and read Schedules. */
@@ -42,17 +42,8 @@ export function cronJobFor(
     kind: "CronJob",
     metadata: {
       name: cronJobName(name),
-      labels: { "runnel.dev/schedule": name, "app.kubernetes.io/part-of": "runnel" },
-      ownerReferences: [
-        {
-          apiVersion: runnelApiVersion,
-          kind: "Schedule",
-          name,
-          uid: schedule.metadata?.uid ?? "",
-          controller: true,
-          blockOwnerDeletion: true,
-        },
-      ],
+      labels: { [scheduleLabel]: name, "app.kubernetes.io/part-of": "runnel" },
+      ownerReferences: [{ ...ownerReference("Schedule", schedule), controller: true, blockOwnerDeletion: true }],
     },
     spec: {
       schedule: fields,

@@ -266,27 +266,18 @@ export function gateCreatedAt(gate: GateObject): number {
   return Date.parse(String(gate.metadata?.creationTimestamp ?? "")) || Date.now()
 }
 
-/** The owner reference that ties a Gate to its Run, so that Kubernetes deletes it with the Run. */
-export function runOwnerReference(run: {
-  readonly metadata?: { readonly name?: string; readonly uid?: string }
-}): V1OwnerReference {
-  return { apiVersion: runnelApiVersion, kind: "Run", name: run.metadata?.name ?? "", uid: run.metadata?.uid ?? "" }
+type Owner = { readonly metadata?: { readonly name?: string; readonly uid?: string } }
+
+/** The owner reference to one of runnel's objects, so that Kubernetes deletes the dependent with it. */
+export function ownerReference(kind: "Pipeline" | "Run" | "Schedule", owner: Owner): V1OwnerReference {
+  return { apiVersion: runnelApiVersion, kind, name: owner.metadata?.name ?? "", uid: owner.metadata?.uid ?? "" }
 }
 
-/**
- * The owner reference that ties a Run, a Schedule or a webhook Secret to its
- * Pipeline, so that Kubernetes deletes them with it.
- */
-export function pipelineOwnerReference(pipeline: {
-  readonly metadata?: { readonly name?: string; readonly uid?: string }
-}): V1OwnerReference {
-  return {
-    apiVersion: runnelApiVersion,
-    kind: "Pipeline",
-    name: pipeline.metadata?.name ?? "",
-    uid: pipeline.metadata?.uid ?? "",
-  }
-}
+/** A Gate belongs to its Run. */
+export const runOwnerReference = (run: Owner) => ownerReference("Run", run)
+
+/** A Run, a Schedule or a webhook Secret belongs to its Pipeline. */
+export const pipelineOwnerReference = (pipeline: Owner) => ownerReference("Pipeline", pipeline)
 
 export const isFinal = (run: RunObject) => isFinalRunStatus(run.status?.phase)
 
