@@ -1,10 +1,9 @@
-import { ApiException } from "@kubernetes/client-node"
 import { compileExpression } from "../lib/cel/expression.ts"
 import { formatDuration, parseDuration } from "../lib/core/duration.ts"
 import { errorMessage, SystemError } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { Informer } from "../lib/kube/informer.ts"
-import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import { isConflict, type ResourceClient } from "../lib/kube/resource-client.ts"
 import {
   type GateObject,
   gateAnnotations,
@@ -138,7 +137,7 @@ export class GateKeeper {
     const pending = await client
       .patchGateStatus(created, { phase: "pending", resolvedAt: null, resolvedBy: "" })
       .catch((error: unknown) => {
-        if (error instanceof ApiException && error.code === 409) return undefined
+        if (isConflict(error)) return undefined
         throw error
       })
     const timeout = request.timeoutMs === undefined ? "" : `, expires in ${formatDuration(request.timeoutMs)}`
@@ -200,7 +199,7 @@ export class GateKeeper {
       await this.#options.client.patchGateStatus(gate, status)
       this.#options.log("gate.resolved", { gate: gate.metadata?.name, phase: status.phase, by: status.resolvedBy })
     } catch (error) {
-      if (error instanceof ApiException && error.code === 409) return
+      if (isConflict(error)) return
       this.#options.log("gate.resolve-failed", { gate: gate.metadata?.name, error: errorMessage(error) })
       throw error
     }

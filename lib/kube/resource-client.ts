@@ -126,7 +126,7 @@ export class ResourceClient {
       await this.createRun(run)
       return true
     } catch (error) {
-      if (error instanceof ApiException && error.code === 409) return false
+      if (isConflict(error)) return false
       throw error
     }
   }
@@ -329,6 +329,9 @@ export class ResourceClient {
 }
 
 /** `call`'s result, or undefined when the Kubernetes API answers 404 (the object is gone). */
+/** A 409 from the Kubernetes API: the object exists already, or changed since it was read. */
+export const isConflict = (error: unknown) => error instanceof ApiException && error.code === 409
+
 export async function ifGone<T>(call: Promise<T>): Promise<T | undefined> {
   try {
     return await call
