@@ -10,7 +10,7 @@ import type { LogStore } from "../../lib/logs/log-store.ts"
 import type { Access } from "../access.ts"
 import type { AuditLog } from "../audit.ts"
 import { findPipeline, isResourceName } from "../find-pipeline.ts"
-import { createRun, type NewRunDeps } from "../new-run.ts"
+import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import type { ResourceIndex } from "../resource-index.ts"
 import { stopRun } from "../stop-run.ts"
 import { pageEnvelope, paginate, pipelineView, runView, taskRecords, taskView } from "../views.ts"
@@ -310,7 +310,8 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
       async ({ pipeline, args }) => {
         if (deps.draining?.() === true) throw shuttingDown()
         const found = await reads.pipeline(pipeline)
-        const run = await createRun(deps, nameOf(found), {
+        refuseIfPaused(found)
+        const run = await admitRun(deps, found, {
           type: args.length > 0 ? "args" : "manual",
           args,
           by: access.actor,
