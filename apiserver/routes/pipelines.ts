@@ -1,5 +1,4 @@
 import Router from "@koa/router"
-import type { KubernetesListObject } from "@kubernetes/client-node"
 import type { Feature } from "../../lib/config/features.ts"
 import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
@@ -232,7 +231,7 @@ export function pipelineRoutes({
       }),
     )
     // Schedules applied with kubectl name the pipeline without being owned by it: they go too.
-    const schedules = (await resources.list("schedules")) as KubernetesListObject<ScheduleObject>
+    const schedules = await resources.list<ScheduleObject>("schedules")
     for (const schedule of schedules.items) {
       if (schedule.spec.pipelineRef.name === name) await resources.deleteSchedule(schedule.metadata?.name ?? "")
     }

@@ -1,5 +1,4 @@
 import Router from "@koa/router"
-import type { KubernetesListObject } from "@kubernetes/client-node"
 import { badRequest, notFound } from "../../lib/core/errors.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { ScheduleObject } from "../../lib/kube/resources.ts"
@@ -20,7 +19,7 @@ export type ScheduleRoutesDeps = {
  */
 export function scheduleRoutes({ resources, index }: ScheduleRoutesDeps): Router {
   const router = new Router()
-  const all = async () => ((await resources.list("schedules")) as KubernetesListObject<ScheduleObject>).items
+  const all = async () => (await resources.list<ScheduleObject>("schedules")).items
 
   router.get("/api/pipelines/:id/schedules", async (ctx) => {
     const key = ctx.params.id ?? ""
