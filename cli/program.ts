@@ -202,17 +202,12 @@ for (const action of ["approve", "reject"] as const) {
 }
 
 const schedule = pipeline.command("schedule").description("list, pause and unpause a pipeline's schedules")
-/** `runnel pipeline schedule NAME`: its own options and the client flags. */
-function scheduleClient(name: string, description: string, own: readonly Option[] = []): Command {
-  const command = schedule.command(name).description(description)
-  for (const option of own) command.option(option.syntax, option.description)
-  addFlags(command, clientFlags)
-  return command
-}
-
-scheduleClient("ls", "list a pipeline's schedules: type, expression, enabled, last and next run", [
-  { syntax: "--json", description: "the schedule objects as JSON" },
-])
+client(
+  "ls",
+  "list a pipeline's schedules: type, expression, enabled, last and next run",
+  [{ syntax: "--json", description: "the schedule objects as JSON" }],
+  schedule,
+)
   .argument("<name>", "the pipeline's name or id")
   .action(async (name: string, options: Options) => {
     const api = clientOf(options)
@@ -223,7 +218,7 @@ for (const [action, description] of [
   ["pause", "stop a schedule from firing (its runs already started go on)"],
   ["unpause", "let a paused schedule fire again, from its next due time"],
 ] as const) {
-  scheduleClient(action, description)
+  client(action, description, [], schedule)
     .argument("<name>", "the pipeline's name or id")
     .argument("<schedule>", "the schedule's name or id, or the job it runs")
     .action(async (name: string, key: string, options: Options) => {
