@@ -1,10 +1,17 @@
+import type { KubeConfig } from "@kubernetes/client-node"
+import { startApiServer } from "../apiserver/app.ts"
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
+import type { RoleSettings } from "../lib/config/operator.ts"
+import type { ApiSettings } from "../lib/config/server.ts"
+import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
+import { drivers } from "./drivers.ts"
 import { closeHttp, httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
-import { onShutdownSignal, openSecretBackend } from "./operator.ts"
-import { configuredApiServer } from "./server.ts"
+import { processLog } from "./log.ts"
+import { openSecretBackend } from "./secret-backend.ts"
+import { onShutdownSignal } from "./shutdown-signal.ts"
 
 /**
  * `runnel apiserver`: the REST API alone, against the Kubernetes API its
@@ -42,4 +49,31 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
     throw error
   }
   onShutdownSignal(close)
+}
+
+/** The API server of the settings, with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */
+export function configuredApiServer(
+  settings: RoleSettings & { readonly api: ApiSettings },
+  kubeConfig: KubeConfig,
+  logs: LogStore,
+  secrets: SecretStore,
+  draining: () => boolean,
+): ReturnType<typeof startApiServer> {
+  return startApiServer({
+    kubeConfig,
+    namespace: settings.namespace,
+    logs,
+    secrets,
+    defaultDriver: settings.driver,
+    allowedDrivers: settings.allowedDrivers === "*" ? drivers.names() : settings.allowedDrivers,
+    features: settings.features,
+    ...settings.api,
+    draining,
+    log: processLog(),
+    // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
+    audit: ({ event, ...fields }) =>
+      process.stdout.write(
+        `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
+      ),
+  })
 }

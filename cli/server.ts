@@ -1,19 +1,17 @@
 import { join } from "node:path"
-import type { KubeConfig } from "@kubernetes/client-node"
-import { startApiServer } from "../apiserver/app.ts"
+import type { startApiServer } from "../apiserver/app.ts"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
-import type { RoleSettings } from "../lib/config/operator.ts"
-import type { ApiSettings, ServerSettings } from "../lib/config/server.ts"
-import type { LogStore } from "../lib/logs/log-store.ts"
+import type { ServerSettings } from "../lib/config/server.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
-import { drivers } from "./drivers.ts"
+import { configuredApiServer } from "./apiserver.ts"
 import { closeHttp, httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
-import { processLog } from "./log.ts"
-import { onShutdownSignal, openConfiguredSecretStore, startConfiguredOperator } from "./operator.ts"
+import { startConfiguredOperator } from "./operator.ts"
+import { openConfiguredSecretStore } from "./secret-backend.ts"
+import { onShutdownSignal } from "./shutdown-signal.ts"
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
 const embeddedPrefix = "/k8s"
@@ -76,31 +74,4 @@ export async function server(settings: ServerSettings): Promise<void> {
     throw error
   }
   onShutdownSignal(close)
-}
-
-/** The API server of the settings, with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */
-export function configuredApiServer(
-  settings: RoleSettings & { readonly api: ApiSettings },
-  kubeConfig: KubeConfig,
-  logs: LogStore,
-  secrets: SecretStore,
-  draining: () => boolean,
-): ReturnType<typeof startApiServer> {
-  return startApiServer({
-    kubeConfig,
-    namespace: settings.namespace,
-    logs,
-    secrets,
-    defaultDriver: settings.driver,
-    allowedDrivers: settings.allowedDrivers === "*" ? drivers.names() : settings.allowedDrivers,
-    features: settings.features,
-    ...settings.api,
-    draining,
-    log: processLog(),
-    // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
-    audit: ({ event, ...fields }) =>
-      process.stdout.write(
-        `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
-      ),
-  })
 }
