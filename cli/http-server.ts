@@ -101,7 +101,7 @@ function probe(req: IncomingMessage, res: ServerResponse, path: string, phase: P
  * over 16 KiB, an unknown method, malformed HTTP) are answered in JSON like
  * every other error, then the connection is closed.
  */
-export function answerClientErrors(http: Server): void {
+function answerClientErrors(http: Server): void {
   http.on("clientError", (error: NodeJS.ErrnoException, socket) => {
     if (!socket.writable) {
       socket.destroy()
@@ -120,7 +120,7 @@ export function answerClientErrors(http: Server): void {
   })
 }
 
-export function send(res: ServerResponse, status: number, body: unknown): void {
+function send(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { "Content-Type": "application/json" })
   res.end(`${JSON.stringify(body)}\n`)
 }

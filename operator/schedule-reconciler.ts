@@ -14,7 +14,7 @@ import { type ScheduleTimes, scheduleTimes } from "../lib/schedule/schedule-time
 import { type CronJobSettings, cronJobFor, cronJobName, firedByCronJob } from "./schedule-cronjob.ts"
 
 /** How old the last missed tick may be and still fire after downtime, when the Schedule says nothing. */
-export const defaultStartingDeadlineSeconds = 300
+const defaultStartingDeadlineSeconds = 300
 
 /** setTimeout's longest delay; a later tick is reached by arming again. */
 const longestTimerMs = 2 ** 31 - 1

@@ -27,7 +27,7 @@ export type GateRoutesDeps = {
 const resolveWaitMs = 5_000
 
 /** The gate object of contract.md section 4, plus the approver's comment and the timeout. */
-export function gateView(gate: GateObject) {
+function gateView(gate: GateObject) {
   const { metadata = {}, spec, status = {} } = gate
   return {
     id: metadata.name ?? "",

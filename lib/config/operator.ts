@@ -311,7 +311,7 @@ export function checkDriverName(name: string, driverNames: readonly string[]): v
  * runnel-logs.db), so that the log store's writer never holds the lock the
  * embedded API's writes wait for.
  */
-export function logStorePath(storagePath: string): string {
+function logStorePath(storagePath: string): string {
   if (storagePath === ":memory:") return ":memory:"
   const extension = extname(storagePath)
   return `${storagePath.slice(0, storagePath.length - extension.length)}-logs${extension}`

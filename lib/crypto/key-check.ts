@@ -10,7 +10,7 @@ import type { Aad, Sealed, Sealer } from "./sealer.ts"
 export type KeyCheck = { readonly text: string; readonly aad: Aad }
 
 /** Where a store keeps its key check, in whatever form it stores one (`S`, with more fields beside the sealed parts). */
-export type KeyCheckStorage<S extends Sealed> = {
+type KeyCheckStorage<S extends Sealed> = {
   /** The key check the store holds, as read before; undefined when it had none. */
   readonly stored: S | undefined
   /**

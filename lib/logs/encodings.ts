@@ -7,7 +7,7 @@
  * Values shorter than minEncodedChars are redacted only as they are: their
  * encodings are so short that masking them would mask ordinary text too.
  */
-export const minEncodedChars = 8
+const minEncodedChars = 8
 
 /** The value and each of its encoded forms that differs from it; no duplicates. */
 export function encodedForms(value: string): string[] {

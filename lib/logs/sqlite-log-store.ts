@@ -412,7 +412,7 @@ type Reader = {
  * unicode61 tokenizer keeps: letters, digits and the private-use and `_`-less
  * rest become separators too. Undefined when there is no word.
  */
-export function ftsWords(query: string): string | undefined {
+function ftsWords(query: string): string | undefined {
   const words = query.match(/[\p{L}\p{N}\p{M}]+/gu) ?? []
   return words.length === 0 ? undefined : words.map((word) => `"${word}"`).join(" ")
 }

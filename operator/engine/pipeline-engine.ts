@@ -4,7 +4,7 @@ import { runScript, type ScriptRun } from "./engine.ts"
 import { runYamlPipeline, type YamlDeps, type YamlRun } from "./yaml/interpret.ts"
 
 /** A run of either kind: each engine reads what it knows (a script its filename and journal, YAML its jobs). */
-export type PipelineRun = ScriptRun & YamlRun
+type PipelineRun = ScriptRun & YamlRun
 
 /** Runs one pipeline run to its end and settles it; never rejects (runScript, runYamlPipeline). */
 export type PipelineEngine = {

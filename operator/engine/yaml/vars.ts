@@ -94,7 +94,7 @@ export async function interpolateText(text: string, lookup: VarLookup, what: str
  * its dots, colons and spaces (`((vault:"a.b".field))`); an unquoted one is
  * trimmed.
  */
-export type VariableReference = { readonly source?: string; readonly path: string; readonly fields: readonly string[] }
+type VariableReference = { readonly source?: string; readonly path: string; readonly fields: readonly string[] }
 
 export function parseReference(reference: string): VariableReference {
   const shown = `((${reference}))`
