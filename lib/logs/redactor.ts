@@ -20,13 +20,7 @@ export class Redactor {
   }
 
   redact(text: string): string {
-    let out = ""
-    let emitted = 0
-    for (const match of findSecrets(text, this.#secrets)) {
-      out += text.slice(emitted, match.index) + redactionMask
-      emitted = match.end
-    }
-    return emitted === 0 ? text : out + text.slice(emitted)
+    return maskAll(text, this.#secrets)
   }
 
   /** A redactor for text that arrives in chunks; see StreamRedactor. */
@@ -79,13 +73,7 @@ class SecretStream implements StreamRedactor {
   end(): string {
     const rest = this.#held
     this.#held = ""
-    let out = ""
-    let emitted = 0
-    for (const match of findSecrets(rest, this.#secrets)) {
-      out += rest.slice(emitted, match.index) + redactionMask
-      emitted = match.end
-    }
-    return out + rest.slice(emitted)
+    return maskAll(rest, this.#secrets)
   }
 
   /**
@@ -101,6 +89,17 @@ class SecretStream implements StreamRedactor {
     }
     return buffer.length
   }
+}
+
+/** `text` with every secret in it masked; `text` itself when it holds none. */
+function maskAll(text: string, secrets: readonly string[]): string {
+  let out = ""
+  let emitted = 0
+  for (const match of findSecrets(text, secrets)) {
+    out += text.slice(emitted, match.index) + redactionMask
+    emitted = match.end
+  }
+  return emitted === 0 ? text : out + text.slice(emitted)
 }
 
 /**
