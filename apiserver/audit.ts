@@ -1,3 +1,5 @@
+import { type GateDecision, type GateObject, pipelineLabel } from "../lib/kube/resources.ts"
+
 /** The audit events of interface.md (Authentication: audit log). */
 export type AuditEvent =
   | "pipeline.upsert"
@@ -37,3 +39,21 @@ export const anonymousActor = "anonymous"
 
 /** The actor of a change made through the Kubernetes API rather than this API server. */
 export const kubernetesActor = "kubernetes"
+
+/** `gate.approved` or `gate.rejected`: one gate's decision, whoever made it and however it arrived. */
+export function gateDecisionEntry(
+  gate: GateObject,
+  decision: GateDecision,
+  actor: string,
+  pipelineId: string,
+): AuditEntry {
+  return {
+    event: decision.phase === "approved" ? "gate.approved" : "gate.rejected",
+    pipeline: gate.metadata?.labels?.[pipelineLabel] ?? "",
+    pipeline_id: pipelineId,
+    actor,
+    gate: gate.metadata?.name ?? "",
+    run: gate.spec.runRef.name,
+    ...(decision.comment === undefined ? {} : { comment: decision.comment }),
+  }
+}

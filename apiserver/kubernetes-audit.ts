@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from "node:util"
 import type { KubernetesObject } from "@kubernetes/client-node"
-import type { GateObject, PipelineObject, PipelineSpec } from "../lib/kube/resources.ts"
-import { type AuditEntry, type AuditLog, kubernetesActor } from "./audit.ts"
+import { type GateObject, type PipelineObject, type PipelineSpec, pipelineLabel } from "../lib/kube/resources.ts"
+import { type AuditEntry, type AuditLog, gateDecisionEntry, kubernetesActor } from "./audit.ts"
 import type { IndexHandlers } from "./resource-index.ts"
 import { updatedAtAnnotation } from "./views.ts"
 
@@ -110,16 +110,8 @@ export function auditForeignDecisions(
       if (decision === undefined || before?.spec.decision !== undefined) return
       const name = after.metadata?.name ?? ""
       if (own.claimDecision(name)) return
-      const pipeline = after.metadata?.labels?.["runnel.dev/pipeline"] ?? ""
-      audit({
-        event: decision.phase === "approved" ? "gate.approved" : "gate.rejected",
-        pipeline,
-        pipeline_id: pipelineId(pipeline),
-        actor: actorOf(after),
-        gate: name,
-        run: after.spec.runRef.name,
-        ...(decision.comment === undefined ? {} : { comment: decision.comment }),
-      })
+      const pipeline = after.metadata?.labels?.[pipelineLabel] ?? ""
+      audit(gateDecisionEntry(after, decision, actorOf(after), pipelineId(pipeline)))
     },
   }
 }

@@ -4,8 +4,14 @@ import type { Middleware } from "koa"
 import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
-import { type GateDecision, type GateObject, gateCreatedAt, isFinalGate } from "../../lib/kube/resources.ts"
-import type { AuditLog } from "../audit.ts"
+import {
+  type GateDecision,
+  type GateObject,
+  gateCreatedAt,
+  isFinalGate,
+  pipelineLabel,
+} from "../../lib/kube/resources.ts"
+import { type AuditLog, gateDecisionEntry } from "../audit.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import { isResourceName } from "../find-pipeline.ts"
 import { checkGateAccess, gateAccess, type RequestUser, requestUser } from "../gate-access.ts"
@@ -56,7 +62,7 @@ export function gateRoutes({ resources, index, features, audit, own }: GateRoute
     await next()
   }
 
-  const pipelineOf = (gate: GateObject) => index.pipelines.get(gate.metadata?.labels?.["runnel.dev/pipeline"] ?? "")
+  const pipelineOf = (gate: GateObject) => index.pipelines.get(gate.metadata?.labels?.[pipelineLabel] ?? "")
   // A gate of a pipeline the user may not see is absent everywhere: from lists, and 404 on its own paths.
   const visible = (user: RequestUser) => (gate: GateObject) => gateAccess(user, gate, pipelineOf(gate)) !== "hidden"
   const found = async (id: string, user: RequestUser) => {
@@ -122,15 +128,7 @@ export function gateRoutes({ resources, index, features, audit, own }: GateRoute
         }
         throw error
       }
-      audit({
-        event: phase === "approved" ? "gate.approved" : "gate.rejected",
-        pipeline: gate.metadata?.labels?.["runnel.dev/pipeline"] ?? "",
-        pipeline_id: pipelineOf(gate)?.metadata?.uid ?? "",
-        actor: user.actor,
-        gate: id,
-        run: gate.spec.runRef.name,
-        ...(decision.comment === undefined ? {} : { comment: decision.comment }),
-      })
+      audit(gateDecisionEntry(gate, decision, user.actor, pipelineOf(gate)?.metadata?.uid ?? ""))
       ctx.body = gateView(await settled(resources, id, gate))
     })
   }
