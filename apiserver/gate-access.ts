@@ -1,6 +1,6 @@
 import type { Context } from "koa"
 import { compileExpression, type RbacVariables } from "../lib/cel/expression.ts"
-import { RunnelError } from "../lib/core/errors.ts"
+import { notFound, RunnelError } from "../lib/core/errors.ts"
 import type { GateObject, PipelineObject } from "../lib/kube/resources.ts"
 import { anonymousActor } from "./audit.ts"
 
@@ -66,6 +66,6 @@ export function gateAccess(
 /** Throws what gateAccess decided against, as the error renderer answers it. */
 export function checkGateAccess(user: RequestUser, gate: GateObject, pipeline: PipelineObject | undefined): void {
   const access = gateAccess(user, gate, pipeline)
-  if (access === "hidden") throw new RunnelError(404, "not_found", `gate "${gate.metadata?.name}" not found`)
+  if (access === "hidden") throw notFound("gate", gate.metadata?.name ?? "")
   if (access !== "allowed") throw new RunnelError(403, "forbidden", access.forbidden)
 }
