@@ -2,7 +2,7 @@ import type { ScheduleFireSettings } from "../lib/config/schedule-fire.ts"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import { scheduledRun, scheduledRunName } from "../lib/kube/resources.ts"
-import { scheduleTimes } from "../lib/schedule/schedule-times.ts"
+import { scheduleTimesOf } from "../lib/schedule/schedule-times.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 
 /**
@@ -16,10 +16,7 @@ export async function fireSchedule(settings: ScheduleFireSettings): Promise<void
   const client = new ResourceClient(loadKubeConfig(settings.kube), settings.namespace)
   const schedule = await client.getSchedule(settings.schedule)
   if (schedule === undefined) throw notFound("schedule", `${settings.namespace}/${settings.schedule}`)
-  const times = scheduleTimes(schedule.spec.type, schedule.spec.expression, {
-    timeZone: schedule.spec.timeZone,
-    anchorMs: Date.parse(String(schedule.metadata?.creationTimestamp ?? "")) || 0,
-  })
+  const times = scheduleTimesOf(schedule)
   const due = new Date(settings.dueMs).toISOString()
   if (times.latest(settings.dueMs) !== settings.dueMs) {
     throw new RunnelError(

@@ -10,7 +10,7 @@ import {
   scheduledRun,
   withCondition,
 } from "../lib/kube/resources.ts"
-import { type ScheduleTimes, scheduleTimes } from "../lib/schedule/schedule-times.ts"
+import { type ScheduleTimes, scheduleTimesOf } from "../lib/schedule/schedule-times.ts"
 import { type CronJobSettings, cronJobFor, cronJobName, firedByCronJob } from "./schedule-cronjob.ts"
 
 /** How old the last missed tick may be and still fire after downtime, when the Schedule says nothing. */
@@ -147,10 +147,7 @@ export class ScheduleReconciler {
     const pipeline = this.#pipelines.get(schedule.spec.pipelineRef.name)
     let times: ScheduleTimes
     try {
-      times = scheduleTimes(schedule.spec.type, schedule.spec.expression, {
-        timeZone: schedule.spec.timeZone,
-        anchorMs: Date.parse(String(schedule.metadata?.creationTimestamp ?? "")) || 0,
-      })
+      times = scheduleTimesOf(schedule)
     } catch (error) {
       this.#disarm(name)
       if (this.#cronJobs !== undefined) await this.#client.deleteCronJob(cronJobName(name))

@@ -44,6 +44,20 @@ export function cronParts(expression: string, timeZone?: string): { fields: stri
 }
 
 /**
+ * The ticks of a Schedule object: its ticks count from its creation, so every
+ * operator and `runnel schedule fire` compute the same due times.
+ */
+export function scheduleTimesOf(schedule: {
+  readonly spec: { readonly type: ScheduleType; readonly expression: string; readonly timeZone?: string }
+  readonly metadata?: { readonly creationTimestamp?: Date | string }
+}): ScheduleTimes {
+  return scheduleTimes(schedule.spec.type, schedule.spec.expression, {
+    timeZone: schedule.spec.timeZone,
+    anchorMs: Date.parse(String(schedule.metadata?.creationTimestamp ?? "")) || 0,
+  })
+}
+
+/**
  * The ticks of a schedule, or a 400 naming what is wrong: the parser's own
  * message for a cron expression (5 fields, or 6 with seconds first, or an
  * `@hourly`-style shorthand), the duration rule for an interval, which must
