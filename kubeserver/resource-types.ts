@@ -284,3 +284,125 @@ export class ResourceTypes {
 
 /** A key under which the store keeps every kind apart: `runnel.dev/pipelines`, `/secrets`. */
 export const storageResource = (type: ResourceType) => `${type.group}/${type.plural}`
+
+const container: JsonSchema = {
+  type: "object",
+  required: ["name", "image"],
+  "x-kubernetes-preserve-unknown-fields": true,
+  properties: {
+    name: { type: "string", minLength: 1 },
+    image: { type: "string", minLength: 1 },
+    command: { type: "array", items: { type: "string" } },
+    args: { type: "array", items: { type: "string" } },
+    workingDir: { type: "string" },
+  },
+}
+
+/**
+ * core/v1 Pod: what the embedded kubelet (kubelet.ts) runs in Docker. The spec
+ * keeps every field it is given (only what the kubelet reads is checked); the
+ * status is the kubelet's, through the status subresource.
+ */
+export const podType: ResourceType = {
+  group: "",
+  version: "v1",
+  apiVersion: "v1",
+  kind: "Pod",
+  listKind: "PodList",
+  plural: "pods",
+  singular: "pod",
+  shortNames: ["po"],
+  categories: ["all"],
+  namespaced: true,
+  custom: false,
+  statusSubresource: true,
+  schema: {
+    type: "object",
+    required: ["spec"],
+    properties: {
+      apiVersion: { type: "string" },
+      kind: { type: "string" },
+      metadata: { type: "object" },
+      spec: {
+        type: "object",
+        required: ["containers"],
+        "x-kubernetes-preserve-unknown-fields": true,
+        properties: {
+          containers: { type: "array", minItems: 1, items: container },
+          restartPolicy: { type: "string", enum: ["Always", "OnFailure", "Never"], default: "Always" },
+          terminationGracePeriodSeconds: { type: "integer", minimum: 0, default: 30 },
+          nodeName: { type: "string" },
+          schedulerName: { type: "string", default: "default-scheduler" },
+        },
+      },
+      status: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+    },
+  },
+  // Computed as kubectl's own printer does (table.ts): READY, STATUS and RESTARTS are not plain paths.
+  printerColumns: [
+    { name: "Ready", type: "string", priority: 0, jsonPath: ".status.containerStatuses" },
+    { name: "Status", type: "string", priority: 0, jsonPath: ".status.phase" },
+    { name: "Restarts", type: "integer", priority: 0, jsonPath: ".status.containerStatuses" },
+    ageColumn,
+    { name: "IP", type: "string", priority: 1, jsonPath: ".status.podIP" },
+    { name: "Node", type: "string", priority: 1, jsonPath: ".spec.nodeName" },
+  ],
+}
+
+/** core/v1 PersistentVolumeClaim: a Docker volume on the embedded node, Bound once created. */
+export const persistentVolumeClaimType: ResourceType = {
+  group: "",
+  version: "v1",
+  apiVersion: "v1",
+  kind: "PersistentVolumeClaim",
+  listKind: "PersistentVolumeClaimList",
+  plural: "persistentvolumeclaims",
+  singular: "persistentvolumeclaim",
+  shortNames: ["pvc"],
+  categories: [],
+  namespaced: true,
+  custom: false,
+  statusSubresource: true,
+  schema: {
+    type: "object",
+    required: ["spec"],
+    properties: {
+      apiVersion: { type: "string" },
+      kind: { type: "string" },
+      metadata: { type: "object" },
+      spec: {
+        type: "object",
+        required: ["accessModes", "resources"],
+        "x-kubernetes-preserve-unknown-fields": true,
+        properties: {
+          accessModes: {
+            type: "array",
+            minItems: 1,
+            items: { type: "string", enum: ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"] },
+          },
+          storageClassName: { type: "string" },
+          volumeMode: { type: "string", enum: ["Filesystem", "Block"], default: "Filesystem" },
+          resources: {
+            type: "object",
+            required: ["requests"],
+            properties: {
+              requests: {
+                type: "object",
+                required: ["storage"],
+                properties: { storage: { "x-kubernetes-int-or-string": true } },
+              },
+            },
+          },
+        },
+      },
+      status: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+    },
+  },
+  printerColumns: [
+    { name: "Status", type: "string", priority: 0, jsonPath: ".status.phase" },
+    { name: "Capacity", type: "string", priority: 0, jsonPath: ".status.capacity.storage" },
+    { name: "Access Modes", type: "string", priority: 0, jsonPath: ".status.accessModes" },
+    { name: "StorageClass", type: "string", priority: 0, jsonPath: ".spec.storageClassName" },
+    ageColumn,
+  ],
+}

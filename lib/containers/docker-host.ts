@@ -412,7 +412,12 @@ function tarArchive(files: readonly { path: string; content: Buffer; mode: numbe
     block.write("0000000\0", 108)
     block.write("0000000\0", 116)
     block.write(`${size.toString(8).padStart(11, "0")}\0`, 124)
-    block.write(`${Math.floor(Date.now() / 1000).toString(8).padStart(11, "0")}\0`, 136)
+    block.write(
+      `${Math.floor(Date.now() / 1000)
+        .toString(8)
+        .padStart(11, "0")}\0`,
+      136,
+    )
     block.write("        ", 148)
     block.write(type, 156)
     block.write("ustar\0", 257)
