@@ -45,6 +45,7 @@ export async function startEmbeddedApi(options: Partial<EmbeddedApiOptions> = {}
     kubeConfig,
     dir,
     async close() {
+      await api.settled() // deleted Pods' containers removed from Docker
       api.close()
       http.closeAllConnections()
       await new Promise<void>((resolve) => http.close(() => resolve()))
