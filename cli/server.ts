@@ -55,7 +55,13 @@ export async function server(settings: ServerSettings): Promise<void> {
   }
   try {
     if (settings.kube.kind === "embedded") {
-      embedded = createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
+      embedded = createEmbeddedApi({
+        db: settings.storagePath,
+        crds: loadCrds(crdsDir),
+        prefix: embeddedPrefix,
+        // Its Pods (the kubernetes driver's tasks) run on the daemon the docker driver uses.
+        ...(settings.host.dockerHost === undefined ? {} : { dockerHost: settings.host.dockerHost }),
+      })
     }
     const address = await listen(front.http, settings.http.port, settings.http.host)
     const kubeConfig = loadKubeConfig(

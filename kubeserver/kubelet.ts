@@ -72,7 +72,7 @@ type PodWork = { readonly abort: AbortController; done: Promise<void> }
  * - With no Docker daemon a Pod stays Pending with `PodScheduled=False`,
  *   reason `Unschedulable`, and is scheduled once a daemon answers.
  * - `restartPolicy` is taken as `Never`: a container that ends is not restarted.
- * - Containers keep their output in the daemon (the `local` log driver) until
+ * - Containers keep their output in the daemon (the `json-file` log driver) until
  *   the Pod is deleted, for `pods/log`.
  */
 export class Kubelet {
@@ -191,15 +191,7 @@ export class Kubelet {
           if (!(error instanceof KubeStatusError)) throw error
         }
       }
-      for (const claim of claimNames(pod)) {
-        const object = this.#api.store.get({
-          resource: claimResource,
-          namespace: pod.metadata.namespace ?? "",
-          name: claim,
-        })
-        if (object === undefined) continue
-        if (object.metadata.deletionTimestamp !== undefined) await this.#removeClaimVolume(object.metadata.uid ?? "")
-      }
+      if (claimNames(pod).length > 0) await this.#removeUnclaimedVolumes()
     })().finally(() => {
       if (this.#stopping.get(uid) === stopping) this.#stopping.delete(uid)
     })
@@ -239,6 +231,15 @@ export class Kubelet {
   /** A deleted claim's volume goes once no container uses it; a Pod still using it removes it when it stops. */
   async #removeClaimVolume(uid: string) {
     await this.#docker.removeVolume(claimVolume(uid)).catch(() => {})
+  }
+
+  /** Removes the volumes of claims that are gone (their last Pod has just stopped). */
+  async #removeUnclaimedVolumes() {
+    const claims = new Set([...this.#api.store.list(claimResource, undefined)].map((claim) => claim.metadata.uid))
+    for (const volume of await this.#docker.volumes(`${kubeletLabels.cluster}=${this.#cluster}`)) {
+      const claim = volume.labels[kubeletLabels.claim]
+      if (claim !== undefined && !claims.has(claim)) await this.#removeClaimVolume(claim)
+    }
   }
 
   /**

@@ -20,7 +20,7 @@ export type ContainerSpec = {
   readonly mounts: readonly { readonly volume: string; readonly path: string; readonly readOnly?: boolean }[]
   /**
    * "attach": output only reaches an attached reader (no log driver: json-file makes line output 3x
-   * slower, FLOORS.md section 2). "kept": the daemon keeps it, for logs() after the fact.
+   * slower, FLOORS.md section 2). "kept": the daemon keeps it (json-file), for logs() after the fact.
    */
   readonly output: "attach" | "kept"
   readonly security?: ContainerSecurity
@@ -307,7 +307,10 @@ function createOptions(spec: ContainerSpec): Docker.ContainerCreateOptions {
     AttachStderr: spec.output === "attach",
     HostConfig: {
       Binds: spec.mounts.map((mount) => `${mount.volume}:${mount.path}${mount.readOnly === true ? ":ro" : ""}`),
-      LogConfig: spec.output === "attach" ? { Type: "none", Config: {} } : { Type: "local", Config: {} },
+      // No rotation of kept output: a follower of `docker logs -f` loses what a rotation moves away
+      // (measured: 12 of 20 MB arrived with the local driver's default 20 MB files).
+      LogConfig:
+        spec.output === "attach" ? { Type: "none", Config: {} } : { Type: "local", Config: { "max-size": "100g" } },
       CapDrop: [...(security.dropCapabilities ?? [])],
       CapAdd: [...(security.addCapabilities ?? [])],
       SecurityOpt: security.noNewPrivileges === true ? ["no-new-privileges"] : [],

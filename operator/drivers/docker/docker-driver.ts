@@ -1,4 +1,9 @@
-import { type ContainerSpec, DockerHost, defaultDockerSocket, UnknownHostError } from "../../../lib/containers/docker-host.ts"
+import {
+  type ContainerSpec,
+  DockerHost,
+  defaultDockerSocket,
+  UnknownHostError,
+} from "../../../lib/containers/docker-host.ts"
 import { badRequest, SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
@@ -45,7 +50,9 @@ export function dockerDriverFactory(defaults: DockerDefaults): DriverFactory {
         throw badRequest('driver_config.host of the docker driver must be a string, such as "tcp://host:2375"')
       }
       try {
-        return new DockerDriver(new DockerHost(host || defaultDockerSocket, "start Docker, or run with --driver native"))
+        return new DockerDriver(
+          new DockerHost(host || defaultDockerSocket, "start Docker, or run with --driver native"),
+        )
       } catch (error) {
         if (error instanceof UnknownHostError) throw badRequest(error.message)
         throw error
@@ -227,4 +234,3 @@ class DockerRun implements RunDriver {
 function printTo(output: TaskOutput): (line: string) => void {
   return (line) => output.stderr(Buffer.from(`${line}\n`))
 }
-
