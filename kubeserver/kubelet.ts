@@ -271,7 +271,9 @@ export class Kubelet {
     const stop = new AbortController()
     res.on("close", () => stop.abort())
     let left = options.limitBytes ?? Number.POSITIVE_INFINITY
+    let sent = 0
     const write = (chunk: Buffer) => {
+      sent += chunk.length
       if (left <= 0) return
       const part = chunk.length > left ? chunk.subarray(0, left) : chunk
       left -= part.length
@@ -280,6 +282,19 @@ export class Kubelet {
     }
     try {
       await this.#docker.logs(found.id, options, { stdout: write, stderr: write }, stop.signal)
+      // Docker's follow can end when the container does while the reader is behind (seen: 1.4 of 20 MB
+      // for a slow reader): the rest is read without follow, after the bytes already sent.
+      if (options.follow && options.tail === undefined && !stop.signal.aborted) {
+        let skip = sent
+        const rest = (chunk: Buffer) => {
+          if (skip >= chunk.length) skip -= chunk.length
+          else {
+            write(chunk.subarray(skip))
+            skip = 0
+          }
+        }
+        await this.#docker.logs(found.id, { ...options, follow: false }, { stdout: rest, stderr: rest }, stop.signal)
+      }
     } catch {
       // The container went midway (the Pod was deleted): the log ends there, as with a real kubelet.
     }

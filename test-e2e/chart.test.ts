@@ -1,8 +1,9 @@
+import { execFileSync } from "node:child_process"
 import { readdirSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
 import { parse, parseAllDocuments } from "yaml"
-import { crdsDir, root } from "./cluster.ts"
+import { crdsDir, root, runnelBin } from "./cluster.ts"
 
 // What can be checked of charts/runnel without helm (not installed on these machines): the plain YAML parses,
 // the chart's crds/ are the repository's, and every .Values path a template names is in values.yaml.
@@ -50,6 +51,21 @@ describe("the Helm chart charts/runnel (static checks; no cluster needed)", () =
         expect(defined(path), `${file} names .Values.${path.join(".")}`).toBe(true)
       }
     }
+  })
+
+  it("passes runnel server only flags it accepts", () => {
+    const help = execFileSync(runnelBin, ["server", "--help"], { encoding: "utf8" })
+    const passed = [...read(chart, "templates", "deployment.yaml").matchAll(/^\s+- (--[a-z-]+)/gm)].map((m) => m[1])
+    expect(passed.length).toBeGreaterThan(5)
+    for (const flag of passed) expect(help, `runnel server --help names ${flag}`).toMatch(new RegExp(`${flag}\\b`))
+  })
+
+  it("runs tasks as Pods by default, with the rights the kubernetes driver uses", () => {
+    expect((parse(read(chart, "values.yaml")) as { server: { driver: string } }).server.driver).toBe("kubernetes")
+    const rules = read(chart, "templates", "rbac.yaml")
+    expect(rules).toMatch(/resources: \["pods"\]\n\s+verbs: \["get", "list", "watch", "create", "delete"\]/)
+    expect(rules).toMatch(/resources: \["pods\/log"\]\n\s+verbs: \["get"\]/)
+    expect(rules).toMatch(/resources: \["persistentvolumeclaims"\]\n\s+verbs: \[[^\]]*"deletecollection"/)
   })
 
   it("runs runnel server on port 8080 with its stores on the volume", () => {
