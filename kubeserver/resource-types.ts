@@ -133,6 +133,13 @@ export function resourceTypesFromCrds(crds: readonly CustomResourceDefinition[])
 
 const stringMap: JsonSchema = { type: "object", additionalProperties: { type: "string" } }
 
+/** The fields every object of a built-in kind has besides its own. */
+const typeMeta: Record<string, JsonSchema> = {
+  apiVersion: { type: "string" },
+  kind: { type: "string" },
+  metadata: { type: "object" },
+}
+
 /** Core v1 Secret, as far as runnel uses it: data, stringData, type, immutable. */
 export const secretType: ResourceType = {
   group: "",
@@ -150,9 +157,7 @@ export const secretType: ResourceType = {
   schema: {
     type: "object",
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       data: { type: "object", additionalProperties: { type: "string", format: "byte" } },
       stringData: stringMap,
       type: { type: "string" },
@@ -183,9 +188,7 @@ export const namespaceType: ResourceType = {
   schema: {
     type: "object",
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       spec: { type: "object", properties: { finalizers: { type: "array", items: { type: "string" } } } },
       status: { type: "object", properties: { phase: { type: "string", enum: ["Active", "Terminating"] } } },
     },
@@ -216,9 +219,7 @@ export const cronJobType: ResourceType = {
     type: "object",
     required: ["spec"],
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       spec: {
         type: "object",
         required: ["schedule", "jobTemplate"],
@@ -320,9 +321,7 @@ export const podType: ResourceType = {
     type: "object",
     required: ["spec"],
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       spec: {
         type: "object",
         required: ["containers"],
@@ -367,9 +366,7 @@ export const persistentVolumeClaimType: ResourceType = {
     type: "object",
     required: ["spec"],
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       spec: {
         type: "object",
         required: ["accessModes", "resources"],
