@@ -8,6 +8,7 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { type Authorize, openAccess } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
+import { type Authenticate, authentication } from "./auth/authenticate.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
@@ -63,6 +64,8 @@ export type ApiServerDeps = {
   mcpAllowActions: boolean
   /** Who a request's user is and what they may see; open access (everyone, everything) until authentication exists. */
   authorize?: Authorize
+  /** Who a request comes from (its credentials checked), or a 401. */
+  authenticate: Authenticate
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -71,6 +74,7 @@ export type ApiServerDeps = {
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
+  app.use(authentication(deps.authenticate))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
   app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining

@@ -1,5 +1,6 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import { startApiServer } from "../apiserver/app.ts"
+import { authenticator } from "../apiserver/auth/authenticate.ts"
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
 import type { RoleSettings } from "../lib/config/operator.ts"
 import type { ApiSettings } from "../lib/config/server.ts"
@@ -69,6 +70,7 @@ export function configuredApiServer(
     features: settings.features,
     ...settings.api,
     draining,
+    authenticate: authenticator(settings.api.auth),
     log: processLog(),
     // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
     audit: ({ event, ...fields }) =>

@@ -1,3 +1,4 @@
+import { type AuthSettings, authFlags, authPart } from "./auth.ts"
 import {
   type CommandLine,
   deepFreeze,
@@ -23,6 +24,8 @@ export type ApiSettings = {
   readonly webhookMaxAgeMs: number
   /** MCP clients may trigger pipelines and stop runs (audited); without it MCP only reads. */
   readonly mcpAllowActions: boolean
+  /** Who may use the server and what they may see. */
+  readonly auth: AuthSettings
 }
 
 export const serverFlags: readonly FlagSpec[] = [
@@ -53,6 +56,7 @@ export const serverFlags: readonly FlagSpec[] = [
     description:
       "MCP clients may also trigger pipelines and stop runs (trigger_pipeline, stop_run), under the same access rules as REST and audited; without it MCP only reads",
   },
+  ...authFlags,
 ]
 
 /** `runnel server`: both roles in one process, and where it serves. */
@@ -88,5 +92,6 @@ export function apiPart(flags: FlagValues): ApiSettings {
     webhookTimeoutMs: parseDurationFlag(flags["webhook-timeout"] as string, "webhook-timeout"),
     webhookMaxAgeMs: parseDurationFlag(flags["webhook-max-age"] as string, "webhook-max-age"),
     mcpAllowActions: parseSwitch(flags["mcp-allow-actions"] as string | undefined, "mcp-allow-actions"),
+    auth: authPart(flags),
   }
 }
