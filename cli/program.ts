@@ -103,7 +103,11 @@ function client(name: string, description: string, own: readonly Option[] = [], 
   addFlags(command, clientFlags)
   return command
 }
-const clientOf = (options: Options) => apiClient(clientSettings(options))
+const clientOf = (options: Options) => {
+  const settings = clientSettings(options)
+  for (const warning of settings.warnings) process.stderr.write(`${warning}\n`)
+  return apiClient(settings)
+}
 const pipelineCommands = () => import("./pipeline.ts")
 
 client("set", "store a pipeline file (PUT /api/pipelines/:name)", [
