@@ -23,7 +23,8 @@ export function crossSiteGuard(publicUrl: string): Middleware {
   return async (ctx, next) => {
     if (!safeMethods.has(ctx.method) && ctx.get("Authorization") === "" && ctx.cookies.get(sessionCookieName)) {
       const origin = ctx.get("Origin") || refererOrigin(ctx.get("Referer"))
-      if (origin !== publicOrigin && origin !== ctx.origin) {
+      // Not ctx.origin: Koa 3 answers the Origin header there, which would let every site through.
+      if (origin !== publicOrigin && origin !== `${ctx.protocol}://${ctx.host}`) {
         throw new RunnelError(
           403,
           "cross_site",
