@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { sessionCookies } from "../apiserver/auth/session-cookie.ts"
 import { BrowserSession, freePort } from "./browser-session.ts"
 import { type Standin, startStandin } from "./oauth-standins.ts"
-import { type ServerProcess, serverProcesses } from "./server-process.ts"
+import { type Json, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // The browser login end to end, over real HTTP: a runnel server process with all three providers
 // enabled, each pointed at a local stand-in that speaks the provider's real endpoints
@@ -67,7 +67,8 @@ async function logIn(session: BrowserSession, segment: string, next = "/api/me")
   return session.follow(`${url}/auth/${segment}/login?next=${encodeURIComponent(next)}`)
 }
 
-const json = async (response: Response) => ({ status: response.status, body: await response.json() })
+const bodyOf = (response: Response): Promise<Json> => response.json()
+const json = async (response: Response) => ({ status: response.status, body: await bodyOf(response) })
 const auditLines = () =>
   server
     .stdout()
@@ -130,7 +131,7 @@ describe("the browser login", () => {
     const pipelines = await fetch(`${url}/api/pipelines`, { headers: { Authorization: `Bearer ${token}` } })
     expect(pipelines.status).toBe(200)
     const me = await fetch(`${url}/api/me`, { headers: { Authorization: `Bearer ${token}` } })
-    expect((await me.json()).actor).toBe("github:octocat")
+    expect((await bodyOf(me)).actor).toBe("github:octocat")
     expect(auditLines()).toContainEqual(
       expect.objectContaining({ msg: "auth.login", actor: "github:octocat", provider: "github", via: "browser" }),
     )
@@ -223,7 +224,7 @@ describe("the browser login refuses", () => {
       for (const path of ["/auth/github/login", "/auth/login"]) {
         const response = await fetch(`${url}${path}?next=${encodeURIComponent(next)}`, { redirect: "manual" })
         expect(response.status, `${path} next=${next}`).toBe(400)
-        expect((await response.json()).error).toMatch(/^next must be a path on this server/)
+        expect((await bodyOf(response)).error).toMatch(/^next must be a path on this server/)
       }
     }
   })
@@ -249,7 +250,7 @@ describe("the browser login refuses", () => {
     expect((await session.request(callback)).status).toBe(302)
     const replayed = await session.request(callback)
     expect(replayed.status).toBe(400)
-    expect((await replayed.json()).error).toMatch(/already used/)
+    expect((await bodyOf(replayed)).error).toMatch(/already used/)
   })
 
   it("a callback in another browser than the one that started the login with 400", async () => {
@@ -257,7 +258,7 @@ describe("the browser login refuses", () => {
     const toCallback = await fetch(toProvider.headers.get("location") as string, { redirect: "manual" })
     const other = await new BrowserSession().request(toCallback.headers.get("location") as string)
     expect(other.status).toBe(400)
-    expect((await other.json()).error).toMatch(/started in another browser/)
+    expect((await bodyOf(other)).error).toMatch(/started in another browser/)
   })
 
   it("a callback for another provider than the login's with 400", async () => {
@@ -275,7 +276,7 @@ describe("the browser login refuses", () => {
     ).searchParams.get("state")
     const noCode = await session.request(`${url}/auth/github/callback?state=${state}`)
     expect(noCode.status).toBe(400)
-    expect((await noCode.json()).error).toMatch(/has no code/)
+    expect((await bodyOf(noCode)).error).toMatch(/has no code/)
 
     state = new URL(
       (await session.request(`${url}/auth/github/login`)).headers.get("location") as string,
@@ -284,7 +285,7 @@ describe("the browser login refuses", () => {
       `${url}/auth/github/callback?state=${state}&code=not-a-code-the-provider-gave`,
     )
     expect(badCode.status).toBe(400)
-    expect((await badCode.json()).error).toBe(
+    expect((await bodyOf(badCode)).error).toBe(
       "GitHub refused the login (bad_verification_code); start again at /auth/login",
     )
     const failures = auditLines().filter((line) => line.msg === "auth.login_failed")
@@ -297,7 +298,7 @@ describe("the browser login refuses", () => {
     try {
       const { response } = await new BrowserSession().follow(`${url}/auth/gitlab/login`)
       expect(response.status).toBe(403)
-      expect((await response.json()).error).toBe(
+      expect((await bodyOf(response)).error).toBe(
         "GitLab did not authorize the login (access_denied); start again at /auth/login",
       )
     } finally {
@@ -312,13 +313,13 @@ describe("requests authenticated by the session cookie", () => {
     await logIn(session, "github")
     const noOrigin = await session.request(`${url}/api/pipelines/nothing/pause`, { method: "POST" })
     expect(noOrigin.status).toBe(403)
-    expect((await noOrigin.json()).error).toMatch(/must say where it comes from/)
+    expect((await bodyOf(noOrigin)).error).toMatch(/must say where it comes from/)
     const foreign = await session.request(`${url}/api/pipelines/nothing/pause`, {
       method: "POST",
       origin: "https://evil.example",
     })
     expect(foreign.status).toBe(403)
-    expect((await foreign.json()).error).toMatch(/came from another site \(https:\/\/evil.example\)/)
+    expect((await bodyOf(foreign)).error).toMatch(/came from another site \(https:\/\/evil.example\)/)
     // From the server's own pages it goes through to the route, which does not know the pipeline.
     const own = await session.request(`${url}/api/pipelines/nothing/pause`, { method: "POST", origin: url })
     expect(own.status).toBe(404)
