@@ -1,8 +1,7 @@
 import { type Browser, chromium } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freePort } from "./browser-session.ts"
-import { type Standin, startStandin } from "./oauth-standins.ts"
-import { serverProcesses } from "./server-process.ts"
+import { type Standin, startOAuthServer, startStandin } from "./oauth-standins.ts"
+import { type Json, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // The browser login in a real browser: headless Chromium (Debian's) clicks the login page's
 // button, goes through a GitLab stand-in and back, calls the API with its session cookie,
@@ -15,29 +14,16 @@ let browser: Browser
 
 beforeAll(async () => {
   gitlab = await startStandin("gitlab")
-  const port = await freePort()
-  url = `http://127.0.0.1:${port}`
-  ;[browser] = await Promise.all([
+  let server: ServerProcess
+  ;[browser, server] = await Promise.all([
     chromium.launch({
       executablePath: "/usr/bin/chromium",
       headless: true,
       args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
     }),
-    servers.start([
-      "--port",
-      String(port),
-      "--oauth-session-secret",
-      "chromium-login-session-secret-32-characters",
-      "--oauth-callback-url",
-      url,
-      "--oauth-gitlab-client-id",
-      gitlab.clientId,
-      "--oauth-gitlab-client-secret",
-      gitlab.clientSecret,
-      "--oauth-gitlab-url",
-      gitlab.url,
-    ]),
+    startOAuthServer(servers, { gitlab }, "chromium-login-session-secret-32-characters"),
   ])
+  url = server.url
 }, 60_000)
 afterAll(async () => {
   await browser?.close()
@@ -58,7 +44,7 @@ describe("the browser login in headless Chromium", () => {
     expect(cookie).toMatchObject({ name: "runnel_session", httpOnly: true, sameSite: "Lax", secure: false, path: "/" })
 
     // The device grant, approved with the page's own form: a real browser's Origin passes the cross-site check.
-    const grant = await (
+    const grant: Json = await (
       await fetch(`${url}/auth/device/code`, {
         method: "POST",
         headers: { "Content-Type": "application/x-www-form-urlencoded" },
@@ -80,9 +66,9 @@ describe("the browser login in headless Chromium", () => {
       }),
     })
     expect(token.status).toBe(200)
-    const { access_token: accessToken } = await token.json()
+    const { access_token: accessToken }: Json = await token.json()
     const api = await fetch(`${url}/api/me`, { headers: { Authorization: `Bearer ${accessToken}` } })
-    expect((await api.json()).actor).toBe("gitlab:gitlab-alice")
+    expect(((await api.json()) as Json).actor).toBe("gitlab:gitlab-alice")
 
     await page.goto(`${url}/auth/login`)
     expect(await page.textContent("body")).toContain("Logged in as Alice Liddell (gitlab:gitlab-alice)")

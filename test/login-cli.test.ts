@@ -2,9 +2,9 @@ import { spawn } from "node:child_process"
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { BrowserSession, freePort } from "./browser-session.ts"
+import { BrowserSession } from "./browser-session.ts"
 import { runnel, runnelBin } from "./cli.ts"
-import { type Standin, startStandin } from "./oauth-standins.ts"
+import { type Standin, startOAuthServer, startStandin } from "./oauth-standins.ts"
 import { type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // `runnel login` end to end: the CLI process prints a code, a browser session (real HTTP with its
@@ -18,22 +18,8 @@ let github: Standin
 
 beforeAll(async () => {
   github = await startStandin("github")
-  const port = await freePort()
-  url = `http://127.0.0.1:${port}`
-  server = await servers.start([
-    "--port",
-    String(port),
-    "--oauth-session-secret",
-    "cli-login-session-secret-of-32-characters",
-    "--oauth-callback-url",
-    url,
-    "--oauth-github-client-id",
-    github.clientId,
-    "--oauth-github-client-secret",
-    github.clientSecret,
-    "--oauth-github-url",
-    github.url,
-  ])
+  server = await startOAuthServer(servers, { github }, "cli-login-session-secret-of-32-characters")
+  url = server.url
 }, 60_000)
 afterAll(async () => {
   servers.cleanUp()

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { sessionCookies } from "../apiserver/auth/session-cookie.ts"
-import { BrowserSession, freePort } from "./browser-session.ts"
-import { type Standin, startStandin } from "./oauth-standins.ts"
+import { BrowserSession } from "./browser-session.ts"
+import { type Standin, startOAuthServer, startStandin } from "./oauth-standins.ts"
 import { type Json, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // The browser login end to end, over real HTTP: a runnel server process with all three providers
@@ -18,38 +18,8 @@ beforeAll(async () => {
   standins.github = await startStandin("github")
   standins.gitlab = await startStandin("gitlab")
   standins.microsoft = await startStandin("microsoft")
-  const port = await freePort()
-  url = `http://127.0.0.1:${port}`
-  server = await servers.start([
-    "--port",
-    String(port),
-    "--oauth-session-secret",
-    sessionSecret,
-    "--oauth-callback-url",
-    url,
-    "--oauth-github-client-id",
-    standins.github.clientId,
-    "--oauth-github-client-secret",
-    standins.github.clientSecret,
-    "--oauth-github-url",
-    standins.github.url,
-    "--oauth-gitlab-client-id",
-    standins.gitlab.clientId,
-    "--oauth-gitlab-client-secret",
-    standins.gitlab.clientSecret,
-    "--oauth-gitlab-url",
-    standins.gitlab.url,
-    "--oauth-microsoft-client-id",
-    standins.microsoft.clientId,
-    "--oauth-microsoft-client-secret",
-    standins.microsoft.clientSecret,
-    "--oauth-microsoft-tenant",
-    "corp-tenant",
-    "--oauth-microsoft-authority",
-    standins.microsoft.url,
-    "--oauth-microsoft-graph-url",
-    standins.microsoft.url,
-  ])
+  server = await startOAuthServer(servers, standins, sessionSecret)
+  url = server.url
 }, 60_000)
 
 afterAll(async () => {
@@ -291,6 +261,26 @@ describe("the browser login refuses", () => {
     const failures = auditLines().filter((line) => line.msg === "auth.login_failed")
     expect(failures).toContainEqual(expect.objectContaining({ provider: "github", actor: "anonymous" }))
     expect(server.stdout()).not.toContain("not-a-code-the-provider-gave")
+  })
+
+  it("a login whose provider API fails with 502 naming the provider and the path, never the token", async () => {
+    standins.microsoft.failApi = true
+    try {
+      const { response } = await new BrowserSession().follow(`${url}/auth/microsoftonline/login`)
+      expect(response.status).toBe(502)
+      expect((await bodyOf(response)).error).toMatch(
+        /^Microsoft answered GET \/v1.0\/me(\/memberOf)? with HTTP 500; the login cannot read the user$/,
+      )
+      expect(auditLines()).toContainEqual(
+        expect.objectContaining({
+          msg: "auth.login_failed",
+          provider: "microsoftonline",
+          reason: expect.stringContaining("HTTP 500"),
+        }),
+      )
+    } finally {
+      standins.microsoft.failApi = false
+    }
   })
 
   it("a login the user declines at the provider with 403", async () => {

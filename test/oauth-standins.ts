@@ -1,6 +1,8 @@
 import { createHash, randomBytes } from "node:crypto"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
+import { freePort } from "./browser-session.ts"
+import type { ServerProcess, serverProcesses } from "./server-process.ts"
 
 /**
  * Local stand-ins for the three OAuth providers, written from their API
@@ -32,6 +34,8 @@ export type Standin = {
   readonly tokenRequests: { form: URLSearchParams; basic: boolean }[]
   /** When true, the authorize endpoint answers access_denied. */
   deny: boolean
+  /** When true, the user API answers 500. */
+  failApi: boolean
   close(): Promise<void>
 }
 
@@ -51,6 +55,7 @@ export async function startStandin(kind: StandinKind, tenant = "corp-tenant"): P
     authorizeRequests: [],
     tokenRequests: [],
     deny: false,
+    failApi: false,
     close: () => close(server),
   }
 
@@ -123,6 +128,7 @@ export async function startStandin(kind: StandinKind, tenant = "corp-tenant"): P
       }
       const bearer = (req.headers.authorization ?? "").replace(/^Bearer /, "")
       if (!tokens.has(bearer)) return json(res, 401, { message: "Bad credentials" })
+      if (standin.failApi) return json(res, 500, { message: "Server Error" })
       const api = apis[kind][url.pathname]
       if (req.method !== "GET" || api === undefined) return json(res, 404, { message: "Not Found" })
       const body = api
@@ -201,4 +207,43 @@ function close(server: Server): Promise<void> {
     server.close(() => resolve())
     server.closeAllConnections()
   })
+}
+
+/**
+ * `runnel server` in OAuth mode with each stand-in as its provider, on a port
+ * chosen first: the callback URL (the server's public URL) must be known
+ * before the server starts.
+ */
+export async function startOAuthServer(
+  servers: ReturnType<typeof serverProcesses>,
+  standins: Partial<Record<StandinKind, Standin>>,
+  sessionSecret: string,
+): Promise<ServerProcess> {
+  const port = await freePort()
+  const url = `http://127.0.0.1:${port}`
+  const flags = Object.entries(standins).flatMap(([kind, standin]) => [
+    `--oauth-${kind}-client-id`,
+    standin.clientId,
+    `--oauth-${kind}-client-secret`,
+    standin.clientSecret,
+    ...(kind === "microsoft"
+      ? [
+          "--oauth-microsoft-tenant",
+          "corp-tenant",
+          "--oauth-microsoft-authority",
+          standin.url,
+          "--oauth-microsoft-graph-url",
+          standin.url,
+        ]
+      : [`--oauth-${kind}-url`, standin.url]),
+  ])
+  return servers.start([
+    "--port",
+    String(port),
+    "--oauth-session-secret",
+    sessionSecret,
+    "--oauth-callback-url",
+    url,
+    ...flags,
+  ])
 }

@@ -7,6 +7,7 @@ import {
   UnexpectedResponseError,
 } from "arctic"
 import type { RbacVariables } from "../../lib/cel/expression.ts"
+import type { OAuthProvider } from "../../lib/config/auth.ts"
 import { errorMessage, RunnelError } from "../../lib/core/errors.ts"
 
 /**
@@ -31,10 +32,8 @@ export type LoginProvider = {
   user(accessToken: string): Promise<RbacVariables>
 }
 
-/** What every provider's OAuth application has, and where its two OAuth endpoints are. */
+/** Where a provider's two OAuth endpoints are, and what it is asked for. */
 export type OAuthEndpoints = {
-  clientId: string
-  clientSecret: string
   /** `<callback url>/auth/<segment>/callback`, as registered with the provider. */
   redirectUri: string
   authorizeUrl: string
@@ -42,9 +41,18 @@ export type OAuthEndpoints = {
   scopes: readonly string[]
 }
 
-/** The authorization-code half of a provider, on arctic's generic OAuth 2.0 client (with PKCE). */
-export function codeExchange(display: string, endpoints: OAuthEndpoints) {
-  const client = new OAuth2Client(endpoints.clientId, endpoints.clientSecret, endpoints.redirectUri)
+/**
+ * The authorization-code half of a provider, on arctic's generic OAuth 2.0
+ * client (with PKCE): arctic's own GitHub and Microsoft classes have their
+ * hosts written in, and runnel must reach GitHub Enterprise Server and
+ * sovereign clouds (and the tests' local stand-ins).
+ */
+export function codeExchange(
+  display: string,
+  { clientId, clientSecret }: Pick<OAuthProvider, "clientId" | "clientSecret">,
+  endpoints: OAuthEndpoints,
+) {
+  const client = new OAuth2Client(clientId, clientSecret, endpoints.redirectUri)
   return {
     authorizationUrl: (state: string, codeVerifier: string) =>
       client.createAuthorizationURLWithPKCE(endpoints.authorizeUrl, state, CodeChallengeMethod.S256, codeVerifier, [

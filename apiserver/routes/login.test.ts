@@ -105,7 +105,7 @@ describe("the device authorization endpoint", () => {
       body: "{}",
     })
     expect(response.status).toBe(415)
-    expect((await response.json()).error).toMatch(/application\/x-www-form-urlencoded/)
+    expect(((await response.json()) as { error: string }).error).toMatch(/application\/x-www-form-urlencoded/)
   })
 })
 
@@ -257,7 +257,7 @@ describe("without OAuth", () => {
           method: "POST",
         })
         expect(response.status).toBe(404)
-        expect((await response.json()).error).toMatch(
+        expect(((await response.json()) as { error: string }).error).toMatch(
           /^this server has no OAuth login: start it with a provider's --oauth-<provider>-client-id/,
         )
       }

@@ -9,7 +9,7 @@ import type { LoginProviders } from "../auth/login-providers.ts"
 import { loginTimeoutMs, PendingLogins } from "../auth/pending-logins.ts"
 import { sessionCookieName, sessionCookies } from "../auth/session-cookie.ts"
 import { issueToken, tokenLifetimeSeconds, unauthorized, verifyToken } from "../auth/session-token.ts"
-import type { RequestUser } from "../auth/user.ts"
+import { providerUser, type RequestUser } from "../auth/user.ts"
 import { formBody } from "../body.ts"
 import { OAuthError } from "../errors.ts"
 
@@ -167,7 +167,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
       if (fields.UserID === "" || fields.NickName === "") {
         throw new RunnelError(502, "provider_failed", `${provider.display} answered without the user's id or name`)
       }
-      user = { ...fields, actor: `${fields.Provider}:${fields.NickName}`, authenticated: true }
+      user = providerUser(fields)
     } catch (error) {
       failed(errorMessage(error))
       throw error

@@ -22,9 +22,7 @@ export function github(settings: OAuthProvider, callbackUrl: string): LoginProvi
   return {
     segment: "github",
     display,
-    ...codeExchange(display, {
-      clientId: settings.clientId,
-      clientSecret: settings.clientSecret,
+    ...codeExchange(display, settings, {
       redirectUri: `${callbackUrl}/auth/github/callback`,
       authorizeUrl: `${settings.url}/login/oauth/authorize`,
       tokenUrl: `${settings.url}/login/oauth/access_token`,

@@ -20,9 +20,7 @@ export function gitlab(settings: OAuthProvider, callbackUrl: string): LoginProvi
   return {
     segment: "gitlab",
     display,
-    ...codeExchange(display, {
-      clientId: settings.clientId,
-      clientSecret: settings.clientSecret,
+    ...codeExchange(display, settings, {
       redirectUri: `${callbackUrl}/auth/gitlab/callback`,
       authorizeUrl: `${settings.url}/oauth/authorize`,
       tokenUrl: `${settings.url}/oauth/token`,

@@ -15,9 +15,7 @@ export function microsoft(settings: OAuthProvider, callbackUrl: string): LoginPr
   return {
     segment: "microsoftonline",
     display,
-    ...codeExchange(display, {
-      clientId: settings.clientId,
-      clientSecret: settings.clientSecret,
+    ...codeExchange(display, settings, {
       redirectUri: `${callbackUrl}/auth/microsoftonline/callback`,
       authorizeUrl: `${authority}/authorize`,
       tokenUrl: `${authority}/token`,
