@@ -2,6 +2,8 @@ import type { Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import Koa from "koa"
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest"
+import { BrowserSession } from "../../test/browser-session.ts"
+import { startStandin } from "../../test/oauth-standins.ts"
 import type { AuditEntry, LoginAuditEntry } from "../audit.ts"
 import { crossSiteGuard } from "../auth/cross-site.ts"
 import { DeviceGrants } from "../auth/device-grants.ts"
@@ -263,6 +265,46 @@ describe("without OAuth", () => {
       }
     } finally {
       await new Promise((resolve) => open.close(resolve))
+    }
+  })
+})
+
+describe("behind a proxy that ends TLS (an https callback URL, plain http here)", () => {
+  it("marks the login and session cookies Secure", async () => {
+    const github = await startStandin("github")
+    const publicUrl = "https://runnel.example"
+    const app = new Koa()
+    app.use(errorRenderer(() => {}))
+    const providers = loginProviders(publicUrl, [
+      { name: "github", clientId: github.clientId, clientSecret: github.clientSecret, url: github.url },
+    ])
+    const routes = loginRoutes({
+      login: { sessionSecret: secret, callbackUrl: publicUrl, providers },
+      audit: () => {},
+      maxBodyBytes: 1024,
+    })
+    app.use(routes.routes())
+    const proxied = app.listen(0, "127.0.0.1")
+    await new Promise((resolve) => proxied.once("listening", resolve))
+    const local = `http://127.0.0.1:${(proxied.address() as AddressInfo).port}`
+    try {
+      const session = new BrowserSession()
+      const toProvider = await session.request(`${local}/auth/github/login`)
+      expect(session.setCookies.at(-1)).toMatch(/^runnel_login=.*; path=\/auth; .*; samesite=lax; secure; httponly$/)
+      const back = new URL(
+        (await fetch(toProvider.headers.get("location") as string, { redirect: "manual" })).headers.get(
+          "location",
+        ) as string,
+      )
+      expect(back.origin).toBe(publicUrl)
+      const callback = await session.request(`${local}${back.pathname}${back.search}`)
+      expect(callback.status).toBe(302)
+      expect(session.setCookies.find((line) => line.startsWith("runnel_session="))).toMatch(
+        /; samesite=lax; secure; httponly$/,
+      )
+    } finally {
+      await new Promise((resolve) => proxied.close(resolve))
+      await github.close()
     }
   })
 })
