@@ -1,4 +1,5 @@
 import { createHash, randomBytes, randomInt } from "node:crypto"
+import { RunnelError } from "../../lib/core/errors.ts"
 import { OAuthError } from "../errors.ts"
 
 /**
@@ -47,7 +48,7 @@ export class DeviceGrants {
   start(): DeviceAuthorization {
     this.#prune()
     if (this.#byDeviceCode.size >= this.#capacity) {
-      throw new OAuthError(503, "slow_down", "too many logins are pending on this server; try again in a minute")
+      throw new RunnelError(503, "too_many_logins", "too many logins are pending on this server; try again in a minute")
     }
     const deviceCode = randomBytes(32).toString("base64url")
     let userCode: string

@@ -61,7 +61,8 @@ export function codeExchange(
     async accessToken(code: string, codeVerifier: string): Promise<string> {
       let data: object
       try {
-        data = (await client.validateAuthorizationCode(endpoints.tokenUrl, code, codeVerifier)).data
+        data = (await withinTimeout(client.validateAuthorizationCode(endpoints.tokenUrl, code, codeVerifier), display))
+          .data
       } catch (error) {
         if (error instanceof OAuth2RequestError) throw loginRefused(display, error.code)
         if (error instanceof ArcticFetchError) {
@@ -80,6 +81,26 @@ export function codeExchange(
       }
       return token
     },
+  }
+}
+
+/**
+ * arctic's fetch takes no AbortSignal: a token endpoint that never answers
+ * would hold the browser's callback for ever. It gets `providerTimeoutMs`,
+ * then a 502 (the request itself ends when the socket does).
+ */
+async function withinTimeout<T>(exchange: Promise<T>, display: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(providerFailed(`${display}'s token endpoint did not answer within ${providerTimeoutMs / 1000} s`)),
+      providerTimeoutMs,
+    )
+  })
+  try {
+    return await Promise.race([exchange, timeout])
+  } finally {
+    clearTimeout(timer)
   }
 }
 
