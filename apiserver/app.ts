@@ -17,7 +17,7 @@ import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
-import { type Login, type LoginRoutesDeps, loginRoutes } from "./routes/login.ts"
+import { type Login, loginRoutes } from "./routes/login.ts"
 import { meRoutes } from "./routes/me.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
@@ -71,8 +71,6 @@ export type ApiServerDeps = {
   authenticate: Authenticate
   /** The browser and device login under /auth, in OAuth mode; without it /auth answers 404. */
   login?: Login
-  /** The logins under way, for tests that move the clock (routes/login.ts makes its own otherwise). */
-  loginState?: Pick<LoginRoutesDeps, "pendingLogins" | "deviceGrants">
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -83,12 +81,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   app.use(errorRenderer(deps.log))
   if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
   // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
-  const login = loginRoutes({
-    login: deps.login,
-    audit: deps.audit,
-    maxBodyBytes: deps.maxBodyBytes,
-    ...deps.loginState,
-  })
+  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes })
   app.use(login.routes()).use(login.allowedMethods())
   app.use(authentication(deps.authenticate))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.

@@ -88,7 +88,6 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     const token = value ? cookies.open(value) : undefined
     return token === undefined ? undefined : verifyToken(sessionSecret, token).catch(() => undefined)
   }
-  const address = (ctx: Context) => ctx.ip
 
   router.get("/auth/login", async (ctx) => {
     const next = returnPath(ctx.query.next)
@@ -125,7 +124,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
         actor: "anonymous",
         provider: provider.segment,
         reason,
-        address: address(ctx),
+        address: ctx.ip,
       })
     const state = single(ctx.query.state)
     if (state === undefined || state === "") {
@@ -174,7 +173,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     }
     const token = await issueToken(sessionSecret, user)
     setCookie(ctx, sessionCookieName, cookies.seal(token), { path: "/", maxAge: tokenLifetimeSeconds * 1000 })
-    audit({ event: "auth.login", actor: user.actor, provider: provider.segment, via: "browser", address: address(ctx) })
+    audit({ event: "auth.login", actor: user.actor, provider: provider.segment, via: "browser", address: ctx.ip })
     ctx.set("Cache-Control", "no-store")
     ctx.redirect(started.next)
   })
@@ -294,7 +293,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
         actor: user.actor,
         provider: user.Provider,
         via: "device",
-        address: address(ctx),
+        address: ctx.ip,
       })
     }
     show(
