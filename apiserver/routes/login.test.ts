@@ -185,6 +185,12 @@ describe("the token endpoint", () => {
     expect(await page.text()).toContain("That code is unknown, expired or already used")
   })
 
+  it("refuses a body larger than the server's limit with 413", async () => {
+    const answer = await post("/auth/device/token", { device_code: "x".repeat(2000) })
+    expect(answer.status).toBe(413)
+    expect(answer.body.error).toMatch(/larger than 1024 bytes/)
+  })
+
   it("refuses a missing or unknown device code, and another grant type, as RFC 6749 says", async () => {
     expect(
       (await post("/auth/device/token", { grant_type: "urn:ietf:params:oauth:grant-type:device_code" })).body.error,
