@@ -351,7 +351,13 @@ async function serveResource(
     return answer(200, object, warnings)
   }
   if (method === "DELETE" && status === undefined) {
-    const { object, deleted } = resources.delete(type, namespace, name, await deleteOptions(context, req, query), author)
+    const { object, deleted } = resources.delete(
+      type,
+      namespace,
+      name,
+      await deleteOptions(context, req, query),
+      author,
+    )
     // Custom resources answer with the object; core kinds with a Status once the object is gone.
     if (deleted && !type.custom) {
       return answer(200, successStatus({ name, group: type.group, kind: type.plural, uid: object.metadata.uid }))
