@@ -278,3 +278,36 @@ function httpsStatus(url: string, ca: string): Promise<number> {
       .end()
   })
 }
+
+describe("starting with kubectl access, and printing a kubeconfig", () => {
+  it("refuses to start with a --k8s-admin-rbac it cannot compile, or TLS files it cannot read, naming the flag", async () => {
+    await expect(
+      servers.start(["--basic-auth-username", "a", "--basic-auth-password", "b", "--k8s-admin-rbac", "NickName =="]),
+    ).rejects.toThrow(/--k8s-admin-rbac: .*1:\d+/)
+    await expect(
+      servers.start([
+        "--tls-cert-file",
+        join(servers.dir, "missing.crt"),
+        "--tls-private-key-file",
+        join(servers.dir, "missing.key"),
+      ]),
+    ).rejects.toThrow(/cannot read --tls-cert-file ".*missing\.crt"/)
+  })
+
+  it("prints a plain-HTTP kubeconfig without credentials for a server in open access, which kubectl uses as is", async () => {
+    const open = await servers.start()
+    const printed = await printedKubeconfig(open, "open.kubeconfig", ["-s", open.url])
+    expect(printed.text).toContain(`server: ${open.url}/k8s`)
+    expect(printed.text).not.toContain("certificate-authority-data")
+    expect(printed.stderr).toContain("the kubeconfig has no credentials")
+    const listed = await kubectl(open.cwd, printed.path, "get", "pipelines.runnel.dev")
+    expect(listed).toMatchObject({ code: 0, stderr: "No resources found in default namespace.\n" })
+  })
+
+  it("says which server it cannot reach", async () => {
+    const unreachable = await runnel(["kubeconfig", "-s", "http://127.0.0.1:1"], { env: { HOME: servers.dir } })
+    expect(unreachable.code).toBe(2)
+    expect(unreachable.stderr).toContain("cannot reach the runnel server at http://127.0.0.1:1: ECONNREFUSED")
+    expect(unreachable.stdout).toBe("")
+  })
+})
