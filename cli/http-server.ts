@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
-import { createServer as createHttpsServer } from "node:https"
+import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https"
 import { type AddressInfo, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 
@@ -82,14 +82,12 @@ export function httpFront(
     }
   }
   const { tls } = options
-  const servers: Server[] = []
-  if (tls === undefined || tls.besidePlainHttp) servers.push(createServer(handler))
-  if (tls !== undefined) servers.push(createHttpsServer({ cert: tls.cert, key: tls.key }, handler))
+  const plain = tls === undefined || tls.besidePlainHttp ? createServer(handler) : undefined
+  const secure = tls === undefined ? undefined : createHttpsServer({ cert: tls.cert, key: tls.key }, handler)
+  const servers = [plain, secure].filter((server) => server !== undefined)
   for (const server of servers) answerClientErrors(server)
-  const [plain, secure] =
-    tls === undefined ? [servers[0], undefined] : tls.besidePlainHttp ? servers : [undefined, servers[0]]
   const both = plain !== undefined && secure !== undefined ? eitherProtocol(plain, secure) : undefined
-  const http: NetServer = both?.server ?? (servers[0] as Server)
+  const http: NetServer = both?.server ?? plain ?? (secure as NetServer)
   return {
     http,
     scheme: plain === undefined ? "https" : "http",
@@ -124,13 +122,17 @@ export function httpFront(
  * `endUndecided` ends the connections that have not sent that byte yet (the
  * inner servers end the others).
  */
-function eitherProtocol(plain: Server, secure: Server): { server: NetServer; endUndecided(): void } {
+function eitherProtocol(plain: Server, secure: HttpsServer): { server: NetServer; endUndecided(): void } {
   const undecided = new Set<Socket>()
   const server = createNetServer((socket) => {
     undecided.add(socket)
     socket.once("close", () => undecided.delete(socket))
+    // A connection that never says anything is ended as node:http ends one that never sends its headers.
+    const silent = () => socket.destroy()
+    socket.setTimeout(plain.headersTimeout, silent)
     socket.once("readable", () => {
       undecided.delete(socket)
+      socket.setTimeout(0).off("timeout", silent)
       const first = socket.read(1) as Buffer | null
       if (first === null) {
         socket.destroy()
