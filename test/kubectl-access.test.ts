@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process"
-import { writeFileSync } from "node:fs"
+import { mkdirSync, writeFileSync } from "node:fs"
 import { request } from "node:https"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
@@ -165,6 +165,20 @@ describe("kubectl against /k8s under OAuth, with the server's own certificate au
       { msg: "pipeline.upsert", actor: "github:alice" },
       { msg: "pipeline.delete", actor: "github:alice" },
     ])
+  })
+
+  it("takes the token runnel login stored for the server when no --auth-token is given", async () => {
+    const home = join(server.cwd, "home")
+    mkdirSync(join(home, ".runnel"), { recursive: true })
+    writeFileSync(
+      join(home, ".runnel", "auth.config"),
+      JSON.stringify({ servers: { [server.url]: { token: adminToken } } }),
+      { mode: 0o600 },
+    )
+    const printed = await printedKubeconfig(server, "stored.kubeconfig", ["-s", server.url], { HOME: home })
+    expect(printed.text).toContain(`token: ${adminToken}`)
+    const listed = await kubectl(server.cwd, printed.path, "get", "pipelines.runnel.dev")
+    expect(listed).toMatchObject({ code: 0, stderr: "No resources found in default namespace.\n" })
   })
 
   it("refuses a user who fails --k8s-admin-rbac with 403, naming the rule", async () => {
