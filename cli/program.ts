@@ -237,7 +237,7 @@ client(
   [
     {
       syntax: "-n, --namespace <NAMESPACE>",
-      description: "the namespace kubectl uses; default the server's default, default",
+      description: "the namespace kubectl uses: the server's --namespace; default default",
     },
   ],
   program,

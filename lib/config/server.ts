@@ -41,7 +41,7 @@ export const serverFlags: readonly FlagSpec[] = [
     name: "tls-cert-file",
     value: "FILE",
     description:
-      "serve HTTPS only (the API, the UI, /k8s and the probes) with this PEM certificate (chain); without it and with authentication on, /k8s gets a self-signed certificate on the same port",
+      "serve HTTPS only (the API, the UI, /k8s and the probes) with this PEM certificate (chain); without it, with authentication on, TLS is also spoken on the same port with a certificate from runnel's own authority, for kubectl (docs/auth.md)",
   },
   { name: "tls-private-key-file", value: "FILE", description: "the PEM private key of --tls-cert-file" },
   ...operatorFlags,
