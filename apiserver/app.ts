@@ -9,6 +9,7 @@ import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { type Authorize, openAccess } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
 import { type Authenticate, authentication } from "./auth/authenticate.ts"
+import { crossSiteGuard } from "./auth/cross-site.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
@@ -16,6 +17,8 @@ import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
+import { type Login, loginRoutes } from "./routes/login.ts"
+import { meRoutes } from "./routes/me.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
@@ -66,6 +69,8 @@ export type ApiServerDeps = {
   authorize?: Authorize
   /** Who a request comes from (its credentials checked), or a 401. */
   authenticate: Authenticate
+  /** The browser and device login under /auth, in OAuth mode; without it /auth answers 404. */
+  login?: Login
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -74,6 +79,10 @@ export type ApiServerDeps = {
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
+  if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
+  // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
+  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes })
+  app.use(login.routes()).use(login.allowedMethods())
   app.use(authentication(deps.authenticate))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
   app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
@@ -89,6 +98,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     webhookRoutes(deps),
     gateRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
+    meRoutes(),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app

@@ -78,11 +78,12 @@ function schemeValue(authorization: string | undefined, scheme: "Basic" | "Beare
 
 /**
  * Puts the request's user on the context for every route, or answers 401.
- * Webhooks are authenticated by their signatures instead (interface.md).
+ * Webhooks are authenticated by their signatures instead (interface.md), and /auth needs no user.
  */
 export function authentication(authenticate: Authenticate): Middleware {
   return async (ctx, next) => {
-    if (!ctx.path.startsWith("/api/webhooks/")) {
+    // /auth is how one logs in (apiserver/routes/login.ts); it checks the session cookie itself where it needs a user.
+    if (!ctx.path.startsWith("/api/webhooks/") && !/^\/auth(\/|$)/.test(ctx.path)) {
       ctx.state.user = await authenticate({
         authorization: ctx.get("Authorization") || undefined,
         sessionCookie: ctx.cookies.get(sessionCookieName),
