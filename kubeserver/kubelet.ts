@@ -354,6 +354,8 @@ class PodRun {
     this.#condition("Ready", "False", "ContainersNotReady")
     this.#write("Pending")
     await Promise.all(containersOf(this.#pod).map((container, index) => this.#runContainer(container, index)))
+    // A container that could not be created stays waiting with its reason, and the Pod Pending, as with a kubelet.
+    if (this.#statuses.some((status) => !("terminated" in status.state))) return
     const failed = this.#statuses.some(
       (status) => "terminated" in status.state && status.state.terminated.exitCode !== 0,
     )

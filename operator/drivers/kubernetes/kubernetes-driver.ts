@@ -502,6 +502,9 @@ function runsOrEnded(pod: V1Pod, task: TaskSpec, defaults: KubernetesDefaults): 
       `image "${task.image}" could not be pulled (${waiting.reason}): ${waiting.message ?? "no message"}`,
     )
   }
+  if (waiting?.reason === "CreateContainerError") {
+    throw new SystemError(`task "${task.path}" could not be created: ${waiting.message ?? "no message"}`)
+  }
   const scheduled = pod.status?.conditions?.find((condition) => condition.type === "PodScheduled")
   if (scheduled?.status === "False" && scheduled.reason === "Unschedulable") {
     const since = new Date(scheduled.lastTransitionTime ?? pod.metadata?.creationTimestamp ?? Date.now()).getTime()
