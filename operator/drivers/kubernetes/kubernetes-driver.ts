@@ -408,13 +408,32 @@ class KubernetesRun implements RunDriver {
     await this.#follow(base, (chunk) => output.stdout(chunk), signal)
   }
 
+  /**
+   * Reads one log stream to its end. A connection cut midway (seen under load) is opened again from the
+   * first byte, and what was already delivered is skipped, a few times at most.
+   */
   async #follow(path: string, deliver: (chunk: Buffer) => void, signal: AbortSignal): Promise<void> {
-    const response = await this.#cluster.get(path, signal)
-    if (response.statusCode !== 200) {
-      const body = Buffer.concat(await response.toArray()).toString("utf8")
-      throw new SystemError(`the output could not be read: ${response.statusCode} ${apiReason(body)}`)
+    let delivered = 0
+    for (let attempt = 1; ; attempt++) {
+      let skip = delivered
+      try {
+        const response = await this.#cluster.get(path, signal)
+        if (response.statusCode !== 200) {
+          const body = Buffer.concat(await response.toArray()).toString("utf8")
+          throw new SystemError(`the output could not be read: ${response.statusCode} ${apiReason(body)}`)
+        }
+        for await (const chunk of response as AsyncIterable<Buffer>) {
+          const fresh = skip >= chunk.length ? undefined : chunk.subarray(skip)
+          skip = Math.max(0, skip - chunk.length)
+          if (fresh === undefined) continue
+          delivered += fresh.length
+          deliver(fresh)
+        }
+        return
+      } catch (error) {
+        if (signal.aborted || error instanceof SystemError || attempt === 3) throw error
+      }
     }
-    for await (const chunk of response) deliver(chunk as Buffer)
   }
 }
 
