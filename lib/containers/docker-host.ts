@@ -316,7 +316,8 @@ function createOptions(spec: ContainerSpec): Docker.ContainerCreateOptions {
       SecurityOpt: security.noNewPrivileges === true ? ["no-new-privileges"] : [],
       Privileged: security.privileged === true,
       ReadonlyRootfs: security.readOnlyRootFilesystem === true,
-      ...(spec.memoryBytes === undefined ? {} : { Memory: spec.memoryBytes }),
+      // No swap beyond the limit, as a kubelet's containers: past it the container is OOM-killed.
+      ...(spec.memoryBytes === undefined ? {} : { Memory: spec.memoryBytes, MemorySwap: spec.memoryBytes }),
       ...(spec.nanoCpus === undefined ? {} : { NanoCpus: spec.nanoCpus }),
     },
   }

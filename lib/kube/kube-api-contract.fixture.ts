@@ -952,6 +952,22 @@ export function kubePodContract(name: string, open: () => Promise<KubeApiUnderTe
       )
     })
 
+    it("reports a container killed past its memory limit as terminated with reason OOMKilled", async () => {
+      const greedy: V1Container = {
+        name: "main",
+        image,
+        command: ["sh", "-c", 'x=$(head -c 60000000 /dev/zero | tr "\\0" a); echo survived'],
+        resources: { limits: { memory: "16Mi" }, requests: { memory: "16Mi" } },
+      }
+      await createPod({ metadata: { name: "greedy" }, spec: { restartPolicy: "Never", containers: [greedy] } })
+      const done = await podWhen("greedy", finished, "has finished")
+      expect(done.status?.phase).toBe("Failed")
+      expect(done.status?.containerStatuses?.[0]?.state?.terminated).toMatchObject({
+        exitCode: 137,
+        reason: "OOMKilled",
+      })
+    })
+
     it("says which image could not be pulled, in the waiting state", async () => {
       const missing = "runnel-test/no-such-image:1"
       await createPod({
