@@ -146,6 +146,37 @@ describeDocker("kubernetes", () => {
   })
 })
 
+describe("kubernetes driver on an API whose node has no Docker daemon", () => {
+  it("ends a task whose Pod stays unschedulable past the timeout with the scheduler's reason, and deletes the Pod", async () => {
+    const running = await startEmbeddedApi({ dockerHost: join(import.meta.dirname, "no-such-docker.sock") })
+    onTestFinished(() => running.close())
+    const driver = kubernetesDriverFactory({
+      kubeConfig: running.kubeConfig,
+      namespace: "default",
+      volumeSize: "1Gi",
+      accessMode: "ReadWriteOnce",
+      unschedulableTimeoutMs: 1_000,
+    }).create({})
+    const run = await driver.open("unschedulable")
+    const task: TaskSpec = {
+      path: "tasks/1/stuck",
+      name: "stuck",
+      image: "busybox",
+      command: { path: "true", args: [] },
+      env: {},
+      mounts: {},
+    }
+    const exec = run.exec(task, collect(), never)
+    await expect(exec).rejects.toBeInstanceOf(SystemError)
+    await expect(exec).rejects.toThrow(
+      /^task "tasks\/1\/stuck" could not be scheduled within 1 s: 0\/1 nodes are available: .*no-such-docker\.sock/,
+    )
+    const core = running.kubeConfig.makeApiClient(CoreV1Api)
+    expect((await core.listNamespacedPod({ namespace: "default" })).items).toEqual([])
+    await run.close()
+  })
+})
+
 describe("kubernetes driver settings", () => {
   it("refuses driver_config: the server's flags choose the cluster", () => {
     const factory = kubernetesDriverFactory({

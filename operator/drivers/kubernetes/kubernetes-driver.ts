@@ -473,22 +473,28 @@ class PodWatch {
     )
   }
 
+  /** Checks on every event, and each second too: a check may hold with time alone (an unschedulable timeout). */
   until(check: (pod: V1Pod) => boolean): Promise<V1Pod> {
     return new Promise((resolve, reject) => {
+      const settle = (settled: () => void) => {
+        this.#waiters.delete(test)
+        clearInterval(ticker)
+        settled()
+      }
       const test = () => {
         try {
-          if (this.#latest !== undefined && check(this.#latest)) {
-            this.#waiters.delete(test)
-            resolve(this.#latest)
-          } else if (this.#gone || this.#failure !== undefined) {
-            this.#waiters.delete(test)
-            reject(this.#failure ?? new SystemError(`Pod "${this.#name}" was deleted before its task ended`))
+          const latest = this.#latest
+          if (latest !== undefined && check(latest)) settle(() => resolve(latest))
+          else if (this.#gone || this.#failure !== undefined) {
+            settle(() =>
+              reject(this.#failure ?? new SystemError(`Pod "${this.#name}" was deleted before its task ended`)),
+            )
           }
         } catch (error) {
-          this.#waiters.delete(test)
-          reject(error)
+          settle(() => reject(error))
         }
       }
+      const ticker = setInterval(test, 1000)
       this.#waiters.add(test)
       test()
     })
