@@ -1,23 +1,25 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import Koa, { type Middleware } from "koa"
+import type { AuthSettings } from "../lib/config/auth.ts"
 import type { Feature } from "../lib/config/features.ts"
 import { shuttingDown } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
-import { type Authorize, openAccess } from "./access.ts"
+import type { AccessPolicy } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
-import { type Authenticate, authentication } from "./auth/authenticate.ts"
+import { type Authenticate, authentication, challengeOf, type FailureLimit } from "./auth/authenticate.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
 import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
+import { type RouteAccessDeps, routeAccess } from "./route-access.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
 import { metaRoutes } from "./routes/meta.ts"
-import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
+import { pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
 import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
 import { type ScheduleRoutesDeps, scheduleRoutes } from "./routes/schedules.ts"
@@ -29,7 +31,7 @@ export type ApiServerDeps = {
    * as many as its routes name: specs and Secrets, never a status.
    */
   resources: PipelineRoutesDeps["resources"] &
-    PipelineSecretRoutesDeps["resources"] &
+    RouteAccessDeps["resources"] &
     RunRoutesDeps["resources"] &
     EventRoutesDeps["resources"] &
     WebhookRoutesDeps["resources"] &
@@ -62,10 +64,14 @@ export type ApiServerDeps = {
   own: OwnWrites
   /** `--mcp-allow-actions`: MCP clients may trigger pipelines and stop runs. */
   mcpAllowActions: boolean
-  /** Who a request's user is and what they may see; open access (everyone, everything) until authentication exists. */
-  authorize?: Authorize
+  /** What a request's user may do: the one decision every route, MCP tool and gate asks. */
+  policy: AccessPolicy
   /** Who a request comes from (its credentials checked), or a 401. */
   authenticate: Authenticate
+  /** The authentication mode: its 401s' challenge; under Basic Auth pipelines take no rbac_expression. */
+  authMode: AuthSettings["mode"]
+  /** Repeated authentication failures from one address are answered 429 (docs/auth.md); tests may loosen it. */
+  failureLimit?: FailureLimit
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -74,21 +80,22 @@ export type ApiServerDeps = {
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
-  app.use(authentication(deps.authenticate))
+  app.use(authentication({ ...deps, challenge: challengeOf(deps.authMode) }))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
-  app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
+  app.use(lazyMcp({ ...deps, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining
   if (draining !== undefined) app.use(refuseWhileDraining(draining))
   app.use(jsonBody(deps.maxBodyBytes))
+  const access = routeAccess(deps)
   const routers = [
-    pipelineRoutes(deps),
-    pipelineSecretRoutes(deps),
-    runRoutes(deps),
-    scheduleRoutes(deps),
-    eventRoutes(deps),
-    webhookRoutes(deps),
-    gateRoutes(deps),
-    metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
+    pipelineRoutes({ ...deps, access }),
+    pipelineSecretRoutes({ ...deps, access }),
+    runRoutes({ ...deps, access }),
+    scheduleRoutes({ ...deps, access }),
+    eventRoutes({ ...deps, access }),
+    webhookRoutes({ ...deps, access }),
+    gateRoutes({ ...deps, access }),
+    metaRoutes({ features: deps.features, drivers: deps.allowedDrivers, access }),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app

@@ -6,7 +6,7 @@ import type { ServerSettings } from "../lib/config/server.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
-import { configuredApiServer } from "./apiserver.ts"
+import { accessPolicy, configuredApiServer } from "./apiserver.ts"
 import { closeHttp, httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { startConfiguredOperator } from "./operator.ts"
@@ -24,6 +24,7 @@ const embeddedPrefix = "/k8s"
  * is up. Opened in order, closed in reverse.
  */
 export async function server(settings: ServerSettings): Promise<void> {
+  const policy = accessPolicy(settings.api)
   // The log store's writer thread comes online (50-90 ms) while this thread builds the embedded API and listens.
   const opening = openSqliteLogStore(settings.logStorePath)
   opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
@@ -65,9 +66,16 @@ export async function server(settings: ServerSettings): Promise<void> {
     const store = await opening
     secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
-    apiServer = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")
+    apiServer = await configuredApiServer(
+      settings,
+      policy,
+      kubeConfig,
+      store,
+      secretStore,
+      () => front.phase === "draining",
+    )
     front.ready(apiServer.callback)
-    warnOpenAccess(settings.http.host)
+    if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)
     process.stdout.write(`runnel: listening on http://${urlHost(settings.http.host)}:${address.port}\n`)
   } catch (error) {
     await close(true).catch(() => {})
