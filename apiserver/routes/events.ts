@@ -1,7 +1,7 @@
 import Router from "@koa/router"
 import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
-import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
+import { badRequest, errorMessage } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
 import { type FinalRunStatus, isFinalRunStatus, runExitCode } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"

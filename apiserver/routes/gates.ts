@@ -4,13 +4,7 @@ import type { Middleware } from "koa"
 import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
-import {
-  type GateDecision,
-  type GateObject,
-  gateCreatedAt,
-  isFinalGate,
-  pipelineLabel,
-} from "../../lib/kube/resources.ts"
+import { type GateDecision, type GateObject, gateCreatedAt, isFinalGate } from "../../lib/kube/resources.ts"
 import type { AccessPolicy } from "../access.ts"
 import { type AuditLog, gateDecisionEntry } from "../audit.ts"
 import { requestUser } from "../auth/authenticate.ts"
