@@ -70,6 +70,10 @@ function schemeValue(authorization: string | undefined, scheme: "Basic" | "Beare
     throw unauthorized(`authentication required: send an Authorization: ${scheme} header`)
   }
   const space = authorization.indexOf(" ")
+  // HTTP drops a header value's trailing spaces: "Bearer " arrives as "Bearer".
+  if (space < 0 && authorization.toLowerCase() === scheme.toLowerCase()) {
+    throw unauthorized(`the Authorization header has no ${scheme} credentials after the scheme`)
+  }
   if (space < 0) {
     throw unauthorized(`the Authorization header has no scheme: send "Authorization: ${scheme} <credentials>"`)
   }
