@@ -8,7 +8,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { SignJWT } from "jose"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { AccessPolicy } from "../apiserver/access.ts"
-import { createApiServer, startApiServer } from "../apiserver/app.ts"
+import { createApiServer } from "../apiserver/app.ts"
 import type { AuditEntry } from "../apiserver/audit.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
 import { issueToken } from "../apiserver/auth/session-token.ts"

@@ -105,7 +105,7 @@ const quoted = (text: string) => text.replace(/[^\x20-\x7e]|["\\]/g, "'")
 /**
  * Puts the request's user on the context for every route, or answers 401
  * with the mode's challenge. Webhooks are authenticated by their signatures
- * instead (interface.md). An address that failed `failureLimit.failures`
+ * instead (interface.md). An address whose credentials failed `failureLimit.failures`
  * times within `failureLimit.windowMs` is answered 429 with Retry-After
  * before its credentials are even looked at, so guessing a password is slow.
  */
@@ -134,8 +134,10 @@ export function authentication(deps: {
         ctx.state.user = await deps.authenticate({ authorization, sessionCookie })
       } catch (error) {
         if (error instanceof RunnelError && error.status === 401) {
-          failures.add(address, Date.now())
-          ctx.set("WWW-Authenticate", deps.challenge(error, authorization !== undefined || sessionCookie !== undefined))
+          const given = authorization !== undefined || sessionCookie !== undefined
+          // Only wrong credentials count: a client that has not logged in yet is no guesser.
+          if (given) failures.add(address, Date.now())
+          ctx.set("WWW-Authenticate", deps.challenge(error, given))
         }
         throw error
       }
