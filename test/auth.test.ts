@@ -270,6 +270,18 @@ describe("authentication and RBAC", () => {
     }
   })
 
+  it("filters a list asked about the hidden pipeline by name or id down to nothing", async () => {
+    const id = ((await send(urls.oauth, "GET", "/api/pipelines/guarded", bearer("releaser"))).body as { id: string }).id
+    for (const key of ["guarded", id]) {
+      const runs = await send(urls.oauth, "GET", `/api/runs?pipeline_id=${key}`, bearer("stranger"))
+      expect(runs.body).toMatchObject({ items: [], total_items: 0 })
+      const own = await send(urls.oauth, "GET", `/api/runs?pipeline_id=${key}`, bearer("releaser"))
+      expect(own.body).toMatchObject({ items: [expect.objectContaining({ id: runId })], total_items: 1 })
+    }
+    const gates = await send(urls.oauth, "GET", `/api/gates?run_id=${runId}`, bearer("stranger"))
+    expect(gates.body).toEqual([])
+  })
+
   it("refuses every route that names a pipeline with an rbac_expression to the Basic Auth user (403)", async () => {
     for (const route of routes().filter((r) => r.rule !== "signature")) {
       const { path, body } = requestOn(route)
@@ -436,6 +448,14 @@ describe("authentication and RBAC", () => {
       isError: true,
       text: expect.stringContaining("Basic Auth users"),
     })
+    const asOutsider = new Client({ name: "auth-test", version: "1.0.0" })
+    await expect(
+      asOutsider.connect(
+        new StreamableHTTPClientTransport(new URL(`${urls.oauth}/mcp`), {
+          requestInit: { headers: { Authorization: bearer("outsider") } },
+        }),
+      ),
+    ).rejects.toThrow(/403|--server-rbac/)
     const asStranger = await toolsAs(urls.oauth, bearer("stranger"))
     expect((await asStranger("search_pipelines", { query: "" })).text).not.toContain("guarded")
     expect((await asStranger("list_runs")).text).not.toContain(runId)
