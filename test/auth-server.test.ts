@@ -1,7 +1,7 @@
 import { request } from "node:http"
 import { afterAll, describe, expect, it } from "vitest"
 import { issueToken } from "../apiserver/auth/session-token.ts"
-import { providerUser } from "../apiserver/auth/user.ts"
+import { testUser } from "../apiserver/auth/test-user.fixture.ts"
 import { call, serverProcesses } from "./server-process.ts"
 
 // `runnel server` with authentication on, as a user starts it: the refusals at start, the warnings, the
@@ -61,18 +61,7 @@ describe("runnel server with authentication", () => {
     expect(server.stderr()).toMatch(/WARNING: --oauth-session-secret is 5 characters/)
     expect(server.stderr()).not.toMatch(/NO AUTHENTICATION/)
     const url = server.url.replace("0.0.0.0", "127.0.0.1")
-    const token = await issueToken(
-      "short",
-      providerUser({
-        UserID: "1",
-        Email: "a@example.com",
-        Name: "A",
-        NickName: "a",
-        Provider: "github",
-        Organizations: [],
-        Groups: [],
-      }),
-    )
+    const token = await issueToken("short", testUser("a"))
     const drivers = await fetch(`${url}/api/drivers`, { headers: { Authorization: `Bearer ${token}` } })
     expect(await drivers.json()).toEqual({ drivers: ["docker"] })
     const put = await fetch(`${url}/api/pipelines/local`, {

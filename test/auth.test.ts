@@ -12,7 +12,7 @@ import { createApiServer } from "../apiserver/app.ts"
 import type { AuditEntry } from "../apiserver/audit.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
 import { issueToken } from "../apiserver/auth/session-token.ts"
-import { providerUser } from "../apiserver/auth/user.ts"
+import { testUser } from "../apiserver/auth/test-user.fixture.ts"
 import { OwnWrites } from "../apiserver/kubernetes-audit.ts"
 import { startResourceIndex } from "../apiserver/resource-index.ts"
 import { accessRule } from "../apiserver/route-access.ts"
@@ -34,17 +34,6 @@ const rbac = '"release" in Groups'
 const serverRbac = '!("blocked" in Groups)'
 const script = "export const pipeline = async () => { console.log('hello') }\n"
 const basic = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString("base64")}`
-
-const userOf = (nick: string, groups: string[]) =>
-  providerUser({
-    UserID: `id-${nick}`,
-    Email: `${nick}@example.com`,
-    Name: nick,
-    NickName: nick,
-    Provider: "github",
-    Organizations: [],
-    Groups: groups,
-  })
 
 const oauth: AuthSettings = {
   mode: "oauth",
@@ -172,7 +161,7 @@ describe("authentication and RBAC", () => {
       ["stranger", []],
       ["outsider", ["release", "blocked"]],
     ] as const) {
-      tokens[nick] = await issueToken(sessionSecret, userOf(nick, [...groups]))
+      tokens[nick] = await issueToken(sessionSecret, testUser(nick, groups))
     }
     // The fixtures: "guarded" (only the release group may see it) with a secret, a run, a schedule and a gate; "plain".
     const put = await send(urls.oauth, "PUT", "/api/pipelines/guarded", bearer("releaser"), {
@@ -254,21 +243,28 @@ describe("authentication and RBAC", () => {
   const names = (route: { rule?: string; method: string; path: string }) =>
     route.rule !== "user" || (route.method === "POST" && route.path === "/api/pipelines")
 
-  it("refuses every route that names a pipeline to a user failing its rbac_expression (403), and lists nothing of it", async () => {
+  /** Every route as a user the guarded pipeline refuses: 403 with `reason` where it is named, lists without it. */
+  const refusedEverywhere = async (base: string, authorization: string, reason: string) => {
     for (const route of routes().filter((r) => r.rule !== "signature")) {
       const { path, body } = requestOn(route)
-      const answer = await send(urls.oauth, route.method, path, bearer("stranger"), body)
+      const answer = await send(base, route.method, path, authorization, body)
       const what = `${route.method} ${route.path}`
       if (names(route)) {
         expect(answer.status, what).toBe(403)
-        expect(answer.body, what).toEqual({ error: expect.stringContaining("github:stranger") })
+        expect(answer.body, what).toEqual({ error: expect.stringContaining(reason) })
       } else {
         expect(answer.status, what).toBe(200)
         expect(answer.text, what).not.toContain("guarded")
         expect(answer.text, what).not.toContain(runId)
       }
     }
-  })
+  }
+
+  it("refuses every route that names a pipeline to a user failing its rbac_expression (403), and lists nothing of it", () =>
+    refusedEverywhere(urls.oauth, bearer("stranger"), "github:stranger"))
+
+  it("refuses every route that names a pipeline with an rbac_expression to the Basic Auth user (403)", () =>
+    refusedEverywhere(urls.basic, basic("admin", "s3cret-password"), "Basic Auth users"))
 
   it("filters a list asked about the hidden pipeline by name or id down to nothing", async () => {
     const id = ((await send(urls.oauth, "GET", "/api/pipelines/guarded", bearer("releaser"))).body as { id: string }).id
@@ -280,21 +276,6 @@ describe("authentication and RBAC", () => {
     }
     const gates = await send(urls.oauth, "GET", `/api/gates?run_id=${runId}`, bearer("stranger"))
     expect(gates.body).toEqual([])
-  })
-
-  it("refuses every route that names a pipeline with an rbac_expression to the Basic Auth user (403)", async () => {
-    for (const route of routes().filter((r) => r.rule !== "signature")) {
-      const { path, body } = requestOn(route)
-      const answer = await send(urls.basic, route.method, path, basic("admin", "s3cret-password"), body)
-      const what = `${route.method} ${route.path}`
-      if (names(route)) {
-        expect(answer.status, what).toBe(403)
-        expect(answer.body, what).toEqual({ error: expect.stringContaining("Basic Auth users") })
-      } else {
-        expect(answer.status, what).toBe(200)
-        expect(answer.text, what).not.toContain("guarded")
-      }
-    }
   })
 
   it("refuses every route to a user failing --server-rbac (403), even one the pipeline lets in", async () => {

@@ -16,7 +16,7 @@ import { AccessPolicy } from "../access.ts"
 import { startApiServer } from "../app.ts"
 import { authenticator } from "../auth/authenticate.ts"
 import { issueToken } from "../auth/session-token.ts"
-import { providerUser } from "../auth/user.ts"
+import { testUser } from "../auth/test-user.fixture.ts"
 
 // MCP's access with the real API server (embedded Kubernetes API, SQLite stores, HTTP) in OAuth mode:
 // the pipeline "hidden" has an rbac_expression only admin matches; alice's token may see the rest, and
@@ -95,18 +95,7 @@ describe("MCP and what a user may see", () => {
       ["alice", []],
       ["admin", ["admins"]],
     ] as const) {
-      tokens[nick] = await issueToken(
-        sessionSecret,
-        providerUser({
-          UserID: nick,
-          Email: `${nick}@example.com`,
-          Name: nick,
-          NickName: nick,
-          Provider: "github",
-          Organizations: [],
-          Groups: groups,
-        }),
-      )
+      tokens[nick] = await issueToken(sessionSecret, testUser(nick, groups))
     }
     const asAdmin = { Authorization: `Bearer ${tokens.admin}` }
     for (const name of ["visible", "hidden"]) {
