@@ -37,6 +37,8 @@ export class AccessPolicy {
   readonly #server: Expression<"rbac"> | undefined
   readonly #log: Log
   readonly #compiled = new Map<string, Expression<"rbac"> | ExpressionError>()
+  /** --server-rbac's verdict per user object (one per request, the Basic user for good): a list asks once, not per item. */
+  readonly #admitted = new WeakMap<RequestUser, boolean>()
 
   /** Throws a 400 ExpressionError naming `--server-rbac` and the position for a rule that does not compile. */
   constructor(options: { serverRbac?: string | undefined; log: Log }) {
@@ -55,7 +57,7 @@ export class AccessPolicy {
 
   /** The one decision: may `user` reach `target`? */
   decide(user: RequestUser, target: AccessTarget = {}): Verdict {
-    if (user.authenticated && this.#server !== undefined && !this.#holds(this.#server, user, "--server-rbac")) {
+    if (user.authenticated && !this.#admits(user)) {
       return { forbidden: `this server admits only users matching its --server-rbac rule, and ${user.actor} does not` }
     }
     const { pipeline, decide: gate } = target
@@ -94,6 +96,16 @@ export class AccessPolicy {
   /** Whether `user` may see `pipeline` (and its runs): lists and searches leave out the rest. */
   mayView(user: RequestUser, pipeline: PipelineObject | undefined): boolean {
     return this.decide(user, { pipeline }) === "allowed"
+  }
+
+  #admits(user: RequestUser): boolean {
+    if (this.#server === undefined) return true
+    let admitted = this.#admitted.get(user)
+    if (admitted === undefined) {
+      admitted = this.#holds(this.#server, user, "--server-rbac")
+      this.#admitted.set(user, admitted)
+    }
+    return admitted
   }
 
   #holds(expression: Expression<"rbac"> | ExpressionError, user: RequestUser, where: string): boolean {
