@@ -66,7 +66,7 @@ export class AccessPolicy {
       const name = pipeline.metadata?.name ?? ""
       if (user.Provider === "basic") {
         return {
-          forbidden: `pipeline "${name}" has an rbac_expression, and Basic Auth users have no provider identity to match it (interface.md); log in with OAuth, or remove its rbac_expression`,
+          forbidden: `pipeline "${name}" has an rbac_expression, and Basic Auth users have no provider identity to match it (interface.md); to open it to them, remove spec.rbacExpression with kubectl`,
         }
       }
       if (!this.#holds(this.#expression(rbac), user, `pipeline ${name}`)) {
