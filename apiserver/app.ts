@@ -129,7 +129,15 @@ function refuseWhileDraining(draining: () => boolean): Middleware {
  * changes made there by others. `stop()` ends the watch.
  */
 export async function startApiServer(
-  deps: Omit<ApiServerDeps, "resources" | "index" | "own"> & { kubeConfig: KubeConfig; namespace: string },
+  deps: Omit<ApiServerDeps, "resources" | "index" | "own"> & {
+    kubeConfig: KubeConfig
+    namespace: string
+    /**
+     * The annotation in which the Kubernetes API itself records who changed an object (runnel server's
+     * embedded API sets changedByAnnotation); absent for a cluster, where any client could write it.
+     */
+    authorAnnotation?: string
+  },
 ): Promise<{ callback: ReturnType<Koa["callback"]>; stop(): Promise<void> }> {
   const own = new OwnWrites()
   const resources = new ResourceClient(deps.kubeConfig, deps.namespace)
@@ -139,8 +147,10 @@ export async function startApiServer(
     kubeConfig: deps.kubeConfig,
     client: resources,
     log: deps.log,
-    pipelineHandlers: auditForeignChanges(deps.audit, own),
-    ...(deps.features.includes("gates") ? { gateHandlers: auditForeignDecisions(deps.audit, own, pipelineId) } : {}),
+    pipelineHandlers: auditForeignChanges(deps.audit, own, deps.authorAnnotation),
+    ...(deps.features.includes("gates")
+      ? { gateHandlers: auditForeignDecisions(deps.audit, own, pipelineId, deps.authorAnnotation) }
+      : {}),
   })
   pipelines = index.pipelines
   const app = createApiServer({ ...deps, resources, index, own })

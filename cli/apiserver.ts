@@ -9,7 +9,7 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { drivers } from "./drivers.ts"
-import { closeHttp, httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
+import { httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { processLog } from "./log.ts"
 import { openSecretBackend } from "./secret-backend.ts"
@@ -31,7 +31,7 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
   const close = async () => {
     front.drain()
     await api?.stop()
-    await closeHttp(front.http)
+    await front.close()
     await secretStore?.close()
     await (await opening.catch(() => undefined))?.close()
   }
@@ -67,8 +67,10 @@ export function configuredApiServer(
   logs: LogStore,
   secrets: SecretStore,
   draining: () => boolean,
+  authorAnnotation?: string,
 ): ReturnType<typeof startApiServer> {
   return startApiServer({
+    ...(authorAnnotation === undefined ? {} : { authorAnnotation }),
     kubeConfig,
     namespace: settings.namespace,
     logs,

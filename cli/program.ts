@@ -236,6 +236,23 @@ for (const [action, description] of [
     })
 }
 
+client(
+  "kubeconfig",
+  "print a kubeconfig for kubectl against the server's embedded Kubernetes API at /k8s, with the current login (docs/auth.md, kubectl access)",
+  [
+    {
+      syntax: "-n, --namespace <NAMESPACE>",
+      description: "the namespace kubectl uses: the server's --namespace; default default",
+    },
+  ],
+  program,
+).action(async (options: Options) => {
+  const settings = clientSettings(options)
+  for (const warning of settings.warnings) process.stderr.write(`${warning}\n`)
+  const namespace = typeof options.namespace === "string" ? options.namespace : "default"
+  await (await import("./print-kubeconfig.ts")).printKubeconfig(settings, namespace)
+})
+
 try {
   await program.parseAsync(process.argv)
 } catch (error) {

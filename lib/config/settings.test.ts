@@ -43,6 +43,16 @@ describe("settings per role", () => {
     })
   })
 
+  it("serve TLS with both --tls-cert-file and --tls-private-key-file, or refuse one alone", () => {
+    expect(serverSettings({}, drivers, env).http.tls).toBeUndefined()
+    expect(
+      serverSettings({}, drivers, { ...env, CI_TLS_CERT_FILE: "c.pem", CI_TLS_PRIVATE_KEY_FILE: "k.pem" }).http.tls,
+    ).toEqual({ certFile: "c.pem", keyFile: "k.pem" })
+    expect(() => serverSettings({ tlsCertFile: "c.pem" }, drivers, env)).toThrow(
+      "--tls-cert-file and --tls-private-key-file go together; --tls-private-key-file is missing",
+    )
+  })
+
   it("check runnel apiserver's own flags without the operator's table", () => {
     expect(apiserverFlags.map((flag) => flag.name)).not.toContain("max-in-flight")
     const settings = apiserverSettings({ kubeconfig: "k.yaml", driver: "native" }, drivers, env)
