@@ -53,11 +53,22 @@ describe("runnel server with authentication", () => {
   })
 
   it("refuses --driver native with --allowed-drivers *, which leaves native out once authentication is on", async () => {
-    await expect(servers.start(basicAuth)).rejects.toThrow(/--driver native is not among --allowed-drivers docker/)
+    await expect(servers.start([...basicAuth, "--allowed-drivers", "*"])).rejects.toThrow(
+      /--driver native is not among --allowed-drivers docker/,
+    )
   })
 
   it("serves OAuth with a short secret (warned), without native, and answers a 100 KB header with a JSON 431", async () => {
-    const server = await servers.start([...oauth.slice(0, -1), "short", "--driver", "docker", "--host", "0.0.0.0"])
+    const server = await servers.start([
+      ...oauth.slice(0, -1),
+      "short",
+      "--driver",
+      "docker",
+      "--allowed-drivers",
+      "*",
+      "--host",
+      "0.0.0.0",
+    ])
     expect(server.stderr()).toMatch(/WARNING: --oauth-session-secret is 5 characters/)
     expect(server.stderr()).not.toMatch(/NO AUTHENTICATION/)
     const url = server.url.replace("0.0.0.0", "127.0.0.1")
@@ -78,7 +89,8 @@ describe("runnel server with authentication", () => {
   })
 
   it("allows native when it is named, with a warning; slows a guesser after 10 failures with 429 and Retry-After", async () => {
-    const server = await servers.start([...basicAuth, "--allowed-drivers", "*,native"])
+    // serverProcesses names native in --allowed-drivers.
+    const server = await servers.start(basicAuth)
     expect(server.stderr()).toMatch(/WARNING: --allowed-drivers names native with authentication on/)
     expect((await call(server.url, "GET", "/api/drivers")).status).toBe(401)
     const drivers = await fetch(`${server.url}/api/drivers`, { headers: { Authorization: asAdmin } })
