@@ -67,6 +67,28 @@ describe("the one access decision", () => {
     expect(strict.decide(anonymousUser, { pipeline: pipeline('Name == "alice"') })).toBe("allowed")
   })
 
+  it("answers the Kubernetes API only to users matching --k8s-admin-rbac, and to none without it", () => {
+    const admins = new AccessPolicy({
+      kubernetesAdmins: '"ops" in Groups',
+      serverRbac: '!("blocked" in Groups)',
+      log: () => {},
+    })
+    expect(admins.decide(user({ Groups: ["ops"] }), { kubernetesApi: true })).toBe("allowed")
+    expect(admins.decide(bob, { kubernetesApi: true })).toEqual({
+      forbidden:
+        'user "github:bob" is not an admin of this runnel server\'s Kubernetes API: it answers only users who match --k8s-admin-rbac',
+    })
+    expect(admins.decide(user({ Groups: ["ops", "blocked"] }), { kubernetesApi: true })).toEqual({
+      forbidden: expect.stringContaining("--server-rbac"),
+    })
+    expect(policy.decide(bob, { kubernetesApi: true })).toEqual({
+      forbidden: expect.stringContaining("answers no user yet: start the server with --k8s-admin-rbac EXPR"),
+    })
+    expect(() => new AccessPolicy({ kubernetesAdmins: "NickName ==", log: () => {} })).toThrow(
+      /^--k8s-admin-rbac: invalid expression at 1:\d+/,
+    )
+  })
+
   it("stops at start on a --server-rbac that does not compile, naming the flag and the position", () => {
     expect(() => new AccessPolicy({ serverRbac: 'Email == "a" &&', log: () => {} })).toThrow(
       expect.objectContaining({

@@ -9,6 +9,8 @@ export type AccessTarget = {
   readonly pipeline?: PipelineObject | undefined
   /** Deciding this gate: its `approvers` expression applies on top of the pipeline's. */
   readonly decide?: GateObject
+  /** The embedded Kubernetes API at /k8s, an admin surface: `--k8s-admin-rbac` decides. */
+  readonly kubernetesApi?: true
 }
 
 /** "allowed", or why not, as the 403 says it. */
@@ -29,30 +31,24 @@ const compiledLimit = 1_000
  *   pipeline, its runs, secrets, schedules or gates; a Basic Auth user has
  *   no provider identity to test, so such a pipeline is refused to them.
  * - A gate's `approvers`, for deciding it.
+ * - `--k8s-admin-rbac`, for the embedded Kubernetes API (none without it).
  * An expression that fails at evaluation (or no longer compiles, applied
  * with kubectl) counts as false and is logged; nothing about the user or
  * their credentials goes to the log but their actor.
  */
 export class AccessPolicy {
   readonly #server: Expression<"rbac"> | undefined
+  readonly #kubernetesAdmins: Expression<"rbac"> | undefined
   readonly #log: Log
   readonly #compiled = new Map<string, Expression<"rbac"> | ExpressionError>()
   /** --server-rbac's verdict per user object (one per request, the Basic user for good): a list asks once, not per item. */
   readonly #admitted = new WeakMap<RequestUser, boolean>()
 
-  /** Throws a 400 ExpressionError naming `--server-rbac` and the position for a rule that does not compile. */
-  constructor(options: { serverRbac?: string | undefined; log: Log }) {
+  /** Throws a 400 ExpressionError naming the flag and the position for a rule that does not compile. */
+  constructor(options: { serverRbac?: string | undefined; kubernetesAdmins?: string | undefined; log: Log }) {
     this.#log = options.log
-    if (options.serverRbac !== undefined) {
-      try {
-        this.#server = compileExpression("rbac", options.serverRbac)
-      } catch (error) {
-        if (error instanceof ExpressionError) {
-          throw new ExpressionError(error.code, `--server-rbac: ${error.message}`, error.position, { cause: error })
-        }
-        throw error
-      }
-    }
+    this.#server = flagRule("server-rbac", options.serverRbac)
+    this.#kubernetesAdmins = flagRule("k8s-admin-rbac", options.kubernetesAdmins)
   }
 
   /** The one decision: may `user` reach `target`? */
@@ -72,6 +68,18 @@ export class AccessPolicy {
       if (!this.#holds(this.#expression(rbac), user, `pipeline ${name}`)) {
         return {
           forbidden: `you (${user.actor}) may not see pipeline "${name}": you do not match its rbac_expression; ask its owner to widen it`,
+        }
+      }
+    }
+    if (target.kubernetesApi === true && user.authenticated) {
+      if (this.#kubernetesAdmins === undefined) {
+        return {
+          forbidden: `the Kubernetes API of this runnel server answers no user yet: start the server with --k8s-admin-rbac EXPR (a CEL expression such as 'NickName == "${user.NickName}"') naming its admins`,
+        }
+      }
+      if (!this.#holds(this.#kubernetesAdmins, user, "--k8s-admin-rbac")) {
+        return {
+          forbidden: `user "${user.actor}" is not an admin of this runnel server's Kubernetes API: it answers only users who match --k8s-admin-rbac`,
         }
       }
     }
@@ -131,5 +139,18 @@ export class AccessPolicy {
       this.#compiled.set(source, compiled)
     }
     return compiled
+  }
+}
+
+/** A rule given by a flag, compiled at start: a mistake stops the server with the flag's name and the position. */
+function flagRule(flag: string, source: string | undefined): Expression<"rbac"> | undefined {
+  if (source === undefined) return undefined
+  try {
+    return compileExpression("rbac", source)
+  } catch (error) {
+    if (error instanceof ExpressionError) {
+      throw new ExpressionError(error.code, `--${flag}: ${error.message}`, error.position, { cause: error })
+    }
+    throw error
   }
 }

@@ -56,7 +56,11 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
 
 /** The access rules of the settings: a --server-rbac that does not compile stops the start here, before anything opens. */
 export function accessPolicy(api: ApiSettings): AccessPolicy {
-  return new AccessPolicy({ serverRbac: api.auth.serverRbac, log: processLog() })
+  return new AccessPolicy({
+    serverRbac: api.auth.serverRbac,
+    kubernetesAdmins: api.auth.kubernetesAdmins,
+    log: processLog(),
+  })
 }
 
 /** The API server of the settings, with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */

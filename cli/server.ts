@@ -12,7 +12,6 @@ import { accessPolicy, configuredApiServer } from "./apiserver.ts"
 import { httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { kubernetesAccess } from "./kubernetes-access.ts"
-import { processLog } from "./log.ts"
 import { startConfiguredOperator } from "./operator.ts"
 import { openConfiguredSecretStore } from "./secret-backend.ts"
 import { servedTls } from "./server-tls.ts"
@@ -40,7 +39,7 @@ export async function server(settings: ServerSettings): Promise<void> {
   // The operator and the API server in this process reach the embedded API with this token, which nothing outside it knows.
   const processToken = randomBytes(32).toString("base64url")
   const access = serving
-    ? kubernetesAccess({ auth: settings.api.auth, processToken, prefix: embeddedPrefix, log: processLog() })
+    ? kubernetesAccess({ auth: settings.api.auth, policy, processToken, prefix: embeddedPrefix })
     : undefined
   // The log store's writer thread comes online (50-90 ms) while this thread builds the embedded API and listens.
   const opening = openSqliteLogStore(settings.logStorePath)
