@@ -9,7 +9,8 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { AccessPolicy } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
-import { type Authenticate, authentication, challengeOf, type FailureLimit } from "./auth/authenticate.ts"
+import { type Authenticate, authentication, challengeOf } from "./auth/authenticate.ts"
+import type { FailureCounter } from "./auth/failure-counter.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
@@ -70,8 +71,8 @@ export type ApiServerDeps = {
   authenticate: Authenticate
   /** The authentication mode: its 401s' challenge; under Basic Auth pipelines take no rbac_expression. */
   authMode: AuthSettings["mode"]
-  /** Repeated authentication failures from one address are answered 429 (docs/auth.md); tests may loosen it. */
-  failureLimit?: FailureLimit
+  /** Repeated authentication failures per address, answered 429 (docs/auth.md); one per process, shared with /k8s. */
+  failures?: FailureCounter
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }

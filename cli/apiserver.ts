@@ -2,6 +2,7 @@ import type { KubeConfig } from "@kubernetes/client-node"
 import { AccessPolicy } from "../apiserver/access.ts"
 import { startApiServer } from "../apiserver/app.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
+import type { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
 import type { RoleSettings } from "../lib/config/operator.ts"
 import type { ApiSettings } from "../lib/config/server.ts"
@@ -72,9 +73,11 @@ export function configuredApiServer(
   secrets: SecretStore,
   draining: () => boolean,
   authorAnnotation?: string,
+  failures?: FailureCounter,
 ): ReturnType<typeof startApiServer> {
   return startApiServer({
     ...(authorAnnotation === undefined ? {} : { authorAnnotation }),
+    ...(failures === undefined ? {} : { failures }),
     kubeConfig,
     namespace: settings.namespace,
     logs,

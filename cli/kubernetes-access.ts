@@ -1,6 +1,7 @@
 import type { IncomingMessage } from "node:http"
 import type { AccessPolicy } from "../apiserver/access.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
+import type { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import type { RequestUser } from "../apiserver/auth/user.ts"
 import type { Authenticated } from "../kubeserver/embedded-api.ts"
 import { forbidden, KubeStatusError } from "../kubeserver/kube-status.ts"
@@ -28,12 +29,15 @@ import { sameSecret } from "../lib/crypto/same-secret.ts"
 export function kubernetesAccess({
   auth,
   policy,
+  failures,
   processToken,
   prefix,
 }: {
   auth: AuthSettings
   /** The one access decision (apiserver/access.ts): `--server-rbac`, then `--k8s-admin-rbac`. */
   policy: Pick<AccessPolicy, "decide">
+  /** The API's count of failed credentials per address: a guesser is slowed here as there (429). */
+  failures: FailureCounter
   processToken: string
   /** Where the embedded API is mounted: "/k8s". */
   prefix: string
@@ -43,11 +47,24 @@ export function kubernetesAccess({
     const authorization = req.headers.authorization
     if (authorization !== undefined && sameSecret(authorization, `Bearer ${processToken}`)) return true
     if (auth.mode === "open") return true
+    // The peer address, as the API's Koa app takes it (no proxy headers trusted).
+    const address = req.socket.remoteAddress ?? ""
+    const waitMs = failures.blockedFor(address, Date.now())
+    if (waitMs > 0) {
+      const seconds = Math.ceil(waitMs / 1000)
+      throw new KubeStatusError(
+        429,
+        "TooManyRequests",
+        `too many failed authentication attempts from this address; try again in ${seconds} s`,
+        { retryAfterSeconds: seconds },
+      )
+    }
     let user: RequestUser
     try {
       user = await authenticate({ authorization })
     } catch (error) {
       if (error instanceof RunnelError && error.status === 401) {
+        if (authorization !== undefined) failures.add(address, Date.now())
         throw new KubeStatusError(401, "Unauthorized", `Unauthorized: ${error.message}`)
       }
       throw error

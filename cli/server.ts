@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto"
 import { join } from "node:path"
 import type { startApiServer } from "../apiserver/app.ts"
+import { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
 import type { ServerSettings } from "../lib/config/server.ts"
@@ -29,6 +30,8 @@ const embeddedPrefix = "/k8s"
  */
 export async function server(settings: ServerSettings): Promise<void> {
   const policy = accessPolicy(settings.api)
+  // One count of failed credentials for the API and /k8s alike.
+  const failures = new FailureCounter()
   const serving = settings.kube.kind === "embedded"
   const tls = servedTls({
     http: settings.http,
@@ -39,7 +42,7 @@ export async function server(settings: ServerSettings): Promise<void> {
   // The operator and the API server in this process reach the embedded API with this token, which nothing outside it knows.
   const processToken = randomBytes(32).toString("base64url")
   const access = serving
-    ? kubernetesAccess({ auth: settings.api.auth, policy, processToken, prefix: embeddedPrefix })
+    ? kubernetesAccess({ auth: settings.api.auth, policy, failures, processToken, prefix: embeddedPrefix })
     : undefined
   // The log store's writer thread comes online (50-90 ms) while this thread builds the embedded API and listens.
   const opening = openSqliteLogStore(settings.logStorePath)
@@ -97,6 +100,7 @@ export async function server(settings: ServerSettings): Promise<void> {
       secretStore,
       () => front.phase === "draining",
       serving ? changedByAnnotation : undefined,
+      failures,
     )
     front.ready(apiServer.callback)
     if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)

@@ -88,7 +88,7 @@ describe("runnel server with authentication", () => {
     expect(server.stderr()).not.toContain("a".repeat(100))
   })
 
-  it("allows native when it is named, with a warning; slows a guesser after 10 failures with 429 and Retry-After", async () => {
+  it("allows native when it is named, with a warning; slows a guesser after 10 failures with 429 and Retry-After, at /k8s too", async () => {
     // serverProcesses names native in --allowed-drivers.
     const server = await servers.start(basicAuth)
     expect(server.stderr()).toMatch(/WARNING: --allowed-drivers names native with authentication on/)
@@ -106,6 +106,14 @@ describe("runnel server with authentication", () => {
     expect(slowed.status).toBe(429)
     expect(Number(slowed.headers.get("retry-after"))).toBeGreaterThan(0)
     expect(await slowed.json()).toEqual({ error: expect.stringContaining("too many failed authentication attempts") })
+    // The embedded Kubernetes API shares the count: the same address waits there too.
+    const kubernetes = await fetch(`${server.url}/k8s/api`, { headers: { Authorization: asAdmin } })
+    expect(kubernetes.status).toBe(429)
+    expect(await kubernetes.json()).toMatchObject({
+      kind: "Status",
+      reason: "TooManyRequests",
+      details: { retryAfterSeconds: expect.any(Number) },
+    })
     // The probes and webhooks ask for no user, and are not slowed.
     expect((await fetch(`${server.url}/health`)).status).toBe(200)
     expect(server.stdout() + server.stderr()).not.toContain("guess")

@@ -11,6 +11,7 @@ import { AccessPolicy } from "../apiserver/access.ts"
 import { createApiServer } from "../apiserver/app.ts"
 import type { AuditEntry } from "../apiserver/audit.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
+import { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import { issueToken } from "../apiserver/auth/session-token.ts"
 import { testUser } from "../apiserver/auth/test-user.fixture.ts"
 import { OwnWrites } from "../apiserver/kubernetes-audit.ts"
@@ -139,7 +140,7 @@ describe("authentication and RBAC", () => {
       audit: (entry: AuditEntry) => audit.push(entry),
       own: new OwnWrites(),
       // The matrix fails hundreds of times from one address; the limit has its own test below.
-      failureLimit: { failures: 1_000_000, windowMs: 1000 },
+      failures: new FailureCounter({ failures: 1_000_000, windowMs: 1000 }),
     }
     const modes: [keyof typeof urls, AuthSettings][] = [
       ["open", { mode: "open" }],
@@ -347,7 +348,7 @@ describe("authentication and RBAC", () => {
         authenticate: authenticator(oauth),
         authMode: "oauth",
         policy: new AccessPolicy({ log: quietLog }),
-        failureLimit: { failures: 3, windowMs: 60_000 },
+        failures: new FailureCounter({ failures: 3, windowMs: 60_000 }),
       }).callback(),
     )
     for (let attempt = 1; attempt <= 3; attempt++) {

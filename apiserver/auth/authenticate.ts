@@ -2,12 +2,10 @@ import type { Context, Middleware } from "koa"
 import type { AuthSettings } from "../../lib/config/auth.ts"
 import { RunnelError } from "../../lib/core/errors.ts"
 import { sameSecret } from "../../lib/crypto/same-secret.ts"
-import { FailureCounter, type FailureLimit } from "./failure-counter.ts"
+import { FailureCounter } from "./failure-counter.ts"
 import { type SessionCookies, sessionCookieName, sessionCookies } from "./session-cookie.ts"
 import { unauthorized, verifyToken } from "./session-token.ts"
 import { anonymousUser, basicUser, type RequestUser } from "./user.ts"
-
-export type { FailureLimit } from "./failure-counter.ts"
 
 /** What a request brings to prove who it is: its Authorization header, and the session cookie's value. */
 export type Credentials = { readonly authorization?: string | undefined; readonly sessionCookie?: string | undefined }
@@ -112,9 +110,10 @@ const quoted = (text: string) => text.replace(/[^\x20-\x7e]|["\\]/g, "'")
 export function authentication(deps: {
   authenticate: Authenticate
   challenge: Challenge
-  failureLimit?: FailureLimit | undefined
+  /** Shared with whatever else checks credentials in this process (/k8s), so a guesser cannot switch doors. */
+  failures?: FailureCounter | undefined
 }): Middleware {
-  const failures = new FailureCounter(deps.failureLimit ?? defaultFailureLimit)
+  const failures = deps.failures ?? new FailureCounter()
   return async (ctx, next) => {
     if (!ctx.path.startsWith("/api/webhooks/")) {
       const address = ctx.ip
@@ -145,9 +144,6 @@ export function authentication(deps: {
     await next()
   }
 }
-
-/** 10 failures a minute per address: a person who mistypes is not stopped, a password guesser is (docs/auth.md). */
-export const defaultFailureLimit: FailureLimit = { failures: 10, windowMs: 60_000 }
 
 /** The user authentication() found; anonymous where none was asked for (webhooks). */
 export function requestUser(ctx: Context): RequestUser {

@@ -1,6 +1,9 @@
 /** At most `failures` failed authentications per address within `windowMs`; more are answered 429. */
 export type FailureLimit = { readonly failures: number; readonly windowMs: number }
 
+/** 10 failures a minute per address: a person who mistypes is not stopped, a password guesser is (docs/auth.md). */
+export const defaultFailureLimit: FailureLimit = { failures: 10, windowMs: 60_000 }
+
 /** Addresses remembered at most: beyond it the one that failed longest ago is forgotten, so memory stays bounded. */
 const addressLimit = 10_000
 
@@ -15,7 +18,7 @@ export class FailureCounter {
   /** Oldest first; Map order is insertion order, refreshed on each failure. */
   readonly #times = new Map<string, number[]>()
 
-  constructor(limit: FailureLimit) {
+  constructor(limit: FailureLimit = defaultFailureLimit) {
     this.#limit = limit
   }
 
