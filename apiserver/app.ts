@@ -10,6 +10,7 @@ import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { AccessPolicy } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
 import { type Authenticate, authentication, challengeOf } from "./auth/authenticate.ts"
+import { crossSiteGuard } from "./auth/cross-site.ts"
 import type { FailureCounter } from "./auth/failure-counter.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
@@ -19,6 +20,8 @@ import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type RouteAccessDeps, routeAccess } from "./route-access.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
+import { type Login, loginRoutes } from "./routes/login.ts"
+import { meRoutes } from "./routes/me.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
@@ -73,6 +76,8 @@ export type ApiServerDeps = {
   authMode: AuthSettings["mode"]
   /** Repeated authentication failures per address, answered 429 (docs/auth.md); one per process, shared with /k8s. */
   failures?: FailureCounter
+  /** The browser and device login under /auth, in OAuth mode; without it /auth answers 404. */
+  login?: Login
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -81,6 +86,10 @@ export type ApiServerDeps = {
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
+  if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
+  // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
+  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes })
+  app.use(login.routes()).use(login.allowedMethods())
   app.use(authentication({ ...deps, challenge: challengeOf(deps.authMode) }))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
   app.use(lazyMcp({ ...deps, allowActions: deps.mcpAllowActions }))
@@ -97,6 +106,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     webhookRoutes({ ...deps, access }),
     gateRoutes({ ...deps, access }),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers, access }),
+    meRoutes({ access }),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest"
 import { changedByAnnotation, type PipelineObject } from "../lib/kube/resources.ts"
-import type { AuditEntry } from "./audit.ts"
+import type { AuditEntry, LoginAuditEntry } from "./audit.ts"
 import { auditForeignChanges, OwnWrites } from "./kubernetes-audit.ts"
 
 const pipeline = (annotations: Record<string, string>): PipelineObject => ({
@@ -10,8 +10,8 @@ const pipeline = (annotations: Record<string, string>): PipelineObject => ({
   spec: { content: "x" },
 })
 
-function audited(authorAnnotation: string | undefined, object: PipelineObject): AuditEntry[] {
-  const entries: AuditEntry[] = []
+function audited(authorAnnotation: string | undefined, object: PipelineObject): (AuditEntry | LoginAuditEntry)[] {
+  const entries: (AuditEntry | LoginAuditEntry)[] = []
   const handlers = auditForeignChanges((entry) => entries.push(entry), new OwnWrites(), authorAnnotation)
   handlers.changed?.(undefined, object)
   handlers.deleted?.(object)

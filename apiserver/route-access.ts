@@ -25,9 +25,10 @@ import type { ResourceIndex } from "./resource-index.ts"
  * - `new-pipeline`: as `pipeline`, except that a pipeline that does not exist
  *   yet is fine (PUT creates it); `state.pipeline` is then undefined.
  * - `signature`: no user: an incoming webhook proves itself by its signature.
+ * - `login`: no user yet: /auth is how one logs in (it reads the session cookie itself where it needs one).
  */
 export const accessRule = Symbol("runnel.accessRule")
-export type RouteRule = "user" | "pipeline" | "new-pipeline" | "run" | "schedule" | "gate" | "signature"
+export type RouteRule = "user" | "pipeline" | "new-pipeline" | "run" | "schedule" | "gate" | "signature" | "login"
 
 /** A route's check, tagged with its rule. */
 export type RouteCheck = RouterMiddleware & { readonly [accessRule]: RouteRule }
@@ -38,16 +39,20 @@ export type RouteAccessDeps = {
   index: Pick<ResourceIndex, "pipelines">
 }
 
+const check = (rule: RouteRule, find: (ctx: Parameters<RouterMiddleware>[0]) => Promise<void>): RouteCheck =>
+  Object.assign<RouterMiddleware, { [accessRule]: RouteRule }>(
+    async (ctx, next) => {
+      await find(ctx)
+      await next()
+    },
+    { [accessRule]: rule },
+  )
+
+/** The check of a route that asks for no user: it says so, for the test that walks the routes. */
+export const withoutUser = (rule: "signature" | "login"): RouteCheck => check(rule, async () => {})
+
 /** The checks of the routes, each asking the one AccessPolicy. */
 export function routeAccess({ policy, resources, index }: RouteAccessDeps) {
-  const check = (rule: RouteRule, find: (ctx: Parameters<RouterMiddleware>[0]) => Promise<void>): RouteCheck =>
-    Object.assign<RouterMiddleware, { [accessRule]: RouteRule }>(
-      async (ctx, next) => {
-        await find(ctx)
-        await next()
-      },
-      { [accessRule]: rule },
-    )
   const pipelineNamed = (name: string) => index.pipelines.get(name)
   const pipelineOf = async (key: string, required: boolean) => {
     const pipeline = await findPipeline(resources, index.pipelines, key)
@@ -94,7 +99,7 @@ export function routeAccess({ policy, resources, index }: RouteAccessDeps) {
       policy.check(requestUser(ctx), { pipeline: gatePipeline(index, gate) })
       ctx.state.gate = gate
     }),
-    signature: check("signature", async () => {}),
+    signature: withoutUser("signature"),
   }
 }
 

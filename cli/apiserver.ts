@@ -3,6 +3,7 @@ import { AccessPolicy } from "../apiserver/access.ts"
 import { startApiServer } from "../apiserver/app.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
 import type { FailureCounter } from "../apiserver/auth/failure-counter.ts"
+import { loginProviders } from "../apiserver/auth/login-providers.ts"
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
 import type { RoleSettings } from "../lib/config/operator.ts"
 import type { ApiSettings } from "../lib/config/server.ts"
@@ -90,6 +91,7 @@ export function configuredApiServer(
     authenticate: authenticator(settings.api.auth),
     authMode: settings.api.auth.mode,
     policy,
+    ...loginOf(settings.api.auth),
     log: processLog(),
     // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
     audit: ({ event, ...fields }) =>
@@ -97,4 +99,16 @@ export function configuredApiServer(
         `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
       ),
   })
+}
+
+/** The browser and device login of OAuth mode; none in the other modes. */
+function loginOf(auth: ApiSettings["auth"]) {
+  if (auth.mode !== "oauth") return {}
+  return {
+    login: {
+      sessionSecret: auth.sessionSecret,
+      callbackUrl: auth.callbackUrl,
+      providers: loginProviders(auth.callbackUrl, auth.providers),
+    },
+  }
 }

@@ -44,7 +44,7 @@ const probes = new Set(["/livez", "/readyz", "/health"])
 /**
  * A node:http server for a serving command: `routes` first (the embedded API
  * answers its own paths and returns true), then the probes, then the API under
- * /api and MCP at /mcp once ready; anything else is a JSON 404 listing what it `serves`
+ * /api, the login under /auth and MCP at /mcp once ready; anything else is a JSON 404 listing what it `serves`
  * besides the probes and the API. Requests node:http refuses itself are
  * answered in JSON too (answerClientErrors).
  */
@@ -61,6 +61,7 @@ export function httpFront(
     "/livez, /readyz and /health",
     "the REST API under /api",
     "MCP at POST /mcp",
+    "the login under /auth",
     ...(options.serves ?? []),
   ].join(", ")
   const handler = (req: IncomingMessage, res: ServerResponse) => {
@@ -68,7 +69,7 @@ export function httpFront(
     const path = (req.url ?? "/").split("?")[0] ?? "/"
     if (probes.has(path)) {
       probe(req, res, path, phase)
-    } else if (!/^\/api(\/|$)/.test(path) && path !== "/mcp") {
+    } else if (!/^\/(api|auth)(\/|$)/.test(path) && path !== "/mcp") {
       send(res, 404, { error: `no route for ${req.method} ${path}; this server answers ${serves}` })
     } else if (api === undefined) {
       // Before the API is mounted a request would meet no route (404) or half-open stores: say "not yet".

@@ -178,6 +178,32 @@ for (const [action, description] of [
     })
 }
 
+const loginCommands = () => import("./login.ts")
+client(
+  "login",
+  "log in to a server with its browser login (device flow): prints a URL and a code to enter there, waits for the approval, and stores the token in the auth config (mode 0600)",
+  [],
+  program,
+).action(async (options: Options) => {
+  const settings = clientSettings(options)
+  for (const warning of settings.warnings) process.stderr.write(`${warning}\n`)
+  await (await loginCommands()).login(apiClient(settings), settings)
+})
+client("logout", "forget the stored token of a server (-s) in the auth config", [], program).action(
+  async (options: Options) => {
+    ;(await loginCommands()).logout(clientSettings(options))
+  },
+)
+client(
+  "whoami",
+  "print who the server takes you for: your actor and user fields",
+  [{ syntax: "--json", description: "the fields as JSON" }],
+  program,
+).action(async (options: Options) => {
+  const api = clientOf(options)
+  await (await loginCommands()).whoami(api, options.json === true)
+})
+
 const gate = program.command("gate").description("list, approve and reject the approval gates runs wait on")
 const gateCommands = () => import("./gate.ts")
 

@@ -9,7 +9,7 @@ import { SignJWT } from "jose"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { AccessPolicy } from "../apiserver/access.ts"
 import { createApiServer } from "../apiserver/app.ts"
-import type { AuditEntry } from "../apiserver/audit.ts"
+import type { AuditEntry, LoginAuditEntry } from "../apiserver/audit.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
 import { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import { issueToken } from "../apiserver/auth/session-token.ts"
@@ -137,7 +137,9 @@ describe("authentication and RBAC", () => {
       webhookMaxAgeMs: 60_000,
       mcpAllowActions: true,
       log: quietLog,
-      audit: (entry: AuditEntry) => audit.push(entry),
+      audit: (entry: AuditEntry | LoginAuditEntry) => {
+        if ("pipeline" in entry) audit.push(entry)
+      },
       own: new OwnWrites(),
       // The matrix fails hundreds of times from one address; the limit has its own test below.
       failures: new FailureCounter({ failures: 1_000_000, windowMs: 1000 }),
@@ -216,7 +218,12 @@ describe("authentication and RBAC", () => {
     expect(all.filter((route) => route.rule === "signature").map((route) => route.path)).toEqual([
       "/api/webhooks/:pipeline_id",
     ])
+    // /auth is how one logs in: no user yet (here without OAuth providers, one route answering 404).
+    for (const route of all.filter((candidate) => candidate.rule === "login")) expect(route.path).toMatch(/auth/)
   })
+
+  /** Routes that ask for a user: all but the webhook (its signature) and /auth (how one logs in). */
+  const asksForUser = (route: { rule?: string }) => route.rule !== "signature" && route.rule !== "login"
 
   /** A request on `route` about the guarded pipeline (its run, gate, schedule, secret). */
   const requestOn = (route: { method: string; path: string }) => {
@@ -246,7 +253,7 @@ describe("authentication and RBAC", () => {
 
   /** Every route as a user the guarded pipeline refuses: 403 with `reason` where it is named, lists without it. */
   const refusedEverywhere = async (base: string, authorization: string, reason: string) => {
-    for (const route of routes().filter((r) => r.rule !== "signature")) {
+    for (const route of routes().filter(asksForUser)) {
       const { path, body } = requestOn(route)
       const answer = await send(base, route.method, path, authorization, body)
       const what = `${route.method} ${route.path}`
@@ -280,7 +287,7 @@ describe("authentication and RBAC", () => {
   })
 
   it("refuses every route to a user failing --server-rbac (403), even one the pipeline lets in", async () => {
-    for (const route of routes().filter((r) => r.rule !== "signature")) {
+    for (const route of routes().filter(asksForUser)) {
       const { path, body } = requestOn(route)
       const answer = await send(urls.oauth, route.method, path, bearer("outsider"), body)
       expect(answer.status, `${route.method} ${route.path}`).toBe(403)
@@ -453,7 +460,7 @@ describe("authentication and RBAC", () => {
   it("lets the matching user through every route, and shows them the guarded pipeline in lists", async () => {
     // Deleting last: the other routes still need the pipeline.
     const ordered = routes()
-      .filter((r) => r.rule !== "signature")
+      .filter(asksForUser)
       .sort((a, b) => Number(a.method === "DELETE") - Number(b.method === "DELETE"))
     for (const route of ordered) {
       const { path, body } = requestOn(route)

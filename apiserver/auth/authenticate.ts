@@ -103,9 +103,10 @@ const quoted = (text: string) => text.replace(/[^\x20-\x7e]|["\\]/g, "'")
 /**
  * Puts the request's user on the context for every route, or answers 401
  * with the mode's challenge. Webhooks are authenticated by their signatures
- * instead (interface.md). An address whose credentials failed `failureLimit.failures`
- * times within `failureLimit.windowMs` is answered 429 with Retry-After
- * before its credentials are even looked at, so guessing a password is slow.
+ * instead (interface.md), and /auth needs no user. An address whose
+ * credentials failed `failures`' limit within its window is answered 429
+ * with Retry-After before its credentials are even looked at, so guessing
+ * a password is slow.
  */
 export function authentication(deps: {
   authenticate: Authenticate
@@ -115,7 +116,8 @@ export function authentication(deps: {
 }): Middleware {
   const failures = deps.failures ?? new FailureCounter()
   return async (ctx, next) => {
-    if (!ctx.path.startsWith("/api/webhooks/")) {
+    // /auth is how one logs in (apiserver/routes/login.ts); it checks the session cookie itself where it needs a user.
+    if (!ctx.path.startsWith("/api/webhooks/") && !/^\/auth(\/|$)/.test(ctx.path)) {
       const address = ctx.ip
       const waitMs = failures.blockedFor(address, Date.now())
       if (waitMs > 0) {
