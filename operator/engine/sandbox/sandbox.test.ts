@@ -20,6 +20,24 @@ async function run(
       await new Promise((resolve) => setTimeout(resolve, options.gateMs ?? 0))
       return { approvedBy: "anonymous", request: JSON.parse(json) }
     },
+    // Echoes the request as the response body, so a test sees what crossed the boundary.
+    fetch: async (json, body) => ({
+      status: 201,
+      statusText: "Created",
+      url: JSON.parse(json).url,
+      headers: [
+        ["content-type", "application/json"],
+        ["set-cookie", "a=1"],
+        ["set-cookie", "b=2"],
+      ],
+      body: Buffer.from(JSON.stringify({ request: JSON.parse(json), bytes: body?.byteLength ?? null })),
+    }),
+    decodeUtf8: (body) => new TextDecoder().decode(body),
+    notifyConfigs: (json) => {
+      if (JSON.parse(json) === null) throw new TypeError("notify.setConfigs: expected an object")
+    },
+    notifySend: async () => {},
+    resource: async (json) => JSON.parse(json),
   }
   const script = await compileScript(source, "pipeline.ts")
   const settled = await runInSandbox(

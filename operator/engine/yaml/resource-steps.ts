@@ -31,7 +31,7 @@ import { type MetadataField, sameVersion, type Version } from "./versions.ts"
  * Concourse's own resource types, which its workers carry and runnel pulls as
  * `concourse/<type>-resource` when the pipeline does not declare them.
  */
-const coreTypes = new Set([
+export const coreTypes = new Set([
   "git",
   "registry-image",
   "docker-image",
