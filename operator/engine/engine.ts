@@ -7,6 +7,7 @@ import { Notifications } from "./notify/notifications.ts"
 import { slackBackend } from "./notify/slack.ts"
 import { teamsBackend } from "./notify/teams.ts"
 import { nativeResources, type ResourceRequest } from "./resources/native-resources.ts"
+import type { OutboundPolicy } from "./outbound.ts"
 import { type FetchRequest, scriptFetch } from "./script-fetch.ts"
 import { GateClosed, type GateRequest, gatesDisabledMessage, type RunGates } from "./gates.ts"
 import type { TaskResult } from "./run-context.ts"
@@ -56,6 +57,8 @@ export type NetworkSettings = {
   readonly slackApiUrl: string
   readonly fetchMaxResponseBytes: number
   readonly allowMetadataAddresses: boolean
+  /** Resolves host names for fetch(), notifications and git; the system's resolver unless given (a test's stand-in for DNS). */
+  readonly resolve?: OutboundPolicy["resolve"]
 }
 
 /** The defaults of the server's flags, with both features on (`--allowed-features *`). */
@@ -111,7 +114,10 @@ export function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortSignal)
       }
       let responded = false
       const network = deps.network ?? defaultNetworkSettings
-      const policy = { allowMetadataAddresses: network.allowMetadataAddresses }
+      const policy: OutboundPolicy = {
+        allowMetadataAddresses: network.allowMetadataAddresses,
+        ...(network.resolve === undefined ? {} : { resolve: network.resolve }),
+      }
       const consoleLine = (line: string) => context.console("stdout", `${line}\n`)
       const fetch = scriptFetch(
         { enabled: network.fetch, maxResponseBytes: network.fetchMaxResponseBytes, ...policy },

@@ -1,4 +1,5 @@
-import { lookup as dnsLookup, type LookupAddress } from "node:dns"
+import type { LookupAddress } from "node:dns"
+import { lookup as dnsLookup } from "node:dns/promises"
 import { request as httpRequest, type IncomingMessage } from "node:http"
 import { request as httpsRequest } from "node:https"
 import { isIP, type LookupFunction } from "node:net"
@@ -22,6 +23,8 @@ import { formatDuration } from "../../lib/core/duration.ts"
 export type OutboundPolicy = {
   /** `--allow-metadata-addresses`: reach 169.254.169.254 and the like. */
   readonly allowMetadataAddresses: boolean
+  /** Resolves a host name to its addresses; the system's resolver (dns.lookup) unless given. */
+  readonly resolve?: (hostname: string) => Promise<LookupAddress[]>
 }
 
 export type OutboundRequest = {
@@ -133,7 +136,7 @@ function checkScheme(url: URL, how: string): void {
 
 function checkAddress(url: URL, policy: OutboundPolicy): void {
   const host = url.hostname.replace(/^\[|\]$/g, "")
-  if (isIP(host) !== 0) refuseMetadata(host, url.hostname, policy)
+  if (isIP(host) !== 0) refuseMetadata(host, host, policy)
 }
 
 function refuseMetadata(address: string, host: string, policy: OutboundPolicy): void {
@@ -151,27 +154,41 @@ function refuseMetadata(address: string, host: string, policy: OutboundPolicy): 
  * fd00:ec2::254 and Alibaba's 100.100.100.200, also as IPv4-mapped IPv6.
  */
 export function isMetadataAddress(address: string): boolean {
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)
-  const v4 = mapped?.[1] ?? (isIP(address) === 4 ? address : undefined)
+  const v4 = isIP(address) === 4 ? address : mappedIpv4(address)
   if (v4 !== undefined) return v4.startsWith("169.254.") || v4 === "100.100.100.200"
   const lower = address.toLowerCase()
   return /^fe[89ab][0-9a-f]:/.test(lower) || lower === "fd00:ec2::254"
 }
 
+/** The IPv4 address inside an IPv4-mapped IPv6 one (`::ffff:169.254.169.254`, or as URLs write it `::ffff:a9fe:a9fe`). */
+function mappedIpv4(address: string): string | undefined {
+  const dotted = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address)
+  if (dotted !== null) return dotted[1]
+  const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(address)
+  if (hex === null) return undefined
+  const high = Number.parseInt(hex[1] as string, 16)
+  const low = Number.parseInt(hex[2] as string, 16)
+  return `${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`
+}
+
 /** dns.lookup, but every address a name resolves to is checked before the connection uses one. */
 function guardedLookup(policy: OutboundPolicy): LookupFunction {
   return (hostname, options, callback) => {
-    dnsLookup(hostname, { ...options, all: true }, (error, addresses: LookupAddress[]) => {
-      if (error !== null) return callback(error, "", 0)
-      try {
-        for (const { address } of addresses) refuseMetadata(address, hostname, policy)
-      } catch (refused) {
-        return callback(refused as NodeJS.ErrnoException, "", 0)
-      }
-      if (options.all === true) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses)
-      const first = addresses[0] as LookupAddress
-      callback(null, first.address, first.family)
-    })
+    const resolve = policy.resolve ?? ((name: string) => dnsLookup(name, { family: options.family ?? 0, all: true }))
+    resolve(hostname).then(
+      (addresses) => {
+        try {
+          if (addresses.length === 0) throw Object.assign(new Error(`${hostname} has no address`), { code: "ENOTFOUND" })
+          for (const { address } of addresses) refuseMetadata(address, hostname, policy)
+        } catch (refused) {
+          return callback(refused as NodeJS.ErrnoException, "", 0)
+        }
+        if (options.all === true) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, addresses)
+        const first = addresses[0] as LookupAddress
+        callback(null, first.address, first.family)
+      },
+      (error: NodeJS.ErrnoException) => callback(error, "", 0),
+    )
   }
 }
 

@@ -90,7 +90,7 @@ export type Received = {
 
 /** An HTTP server on loopback that records every request and answers with `handle`. */
 export async function testServer(
-  handle: (request: Received, response: ServerResponse, index: number) => void | Promise<void>,
+  handle: (request: Received, response: ServerResponse, index: number) => unknown,
 ): Promise<{ url: string; received: Received[]; server: Server; close(): Promise<void> }> {
   const received: Received[] = []
   const server = createServer(async (request, response) => {
