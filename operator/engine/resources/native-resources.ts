@@ -32,9 +32,8 @@ export type ResourceRequest = {
   readonly image?: unknown
 }
 
-export type ResourceAnswer =
-  | { readonly versions: readonly Version[] }
-  | { readonly version: Version; readonly metadata: readonly MetadataField[] }
+/** check: the versions, oldest first; fetch and push: the version and its metadata. */
+export type ResourceAnswer = readonly Version[] | { readonly version: Version; readonly metadata: readonly MetadataField[] }
 
 export type NativeResourcesDeps = {
   readonly context: RunContext
@@ -112,7 +111,7 @@ class Step {
   async mock(request: ResourceRequest, source: YamlMap, params: YamlMap, version: Version | undefined): Promise<ResourceAnswer> {
     if (request.operation === "check") {
       const found = mockCheck(source, version)
-      return { versions: found === undefined ? [] : [found] }
+      return found === undefined ? [] : [found]
     }
     if (request.operation === "push") return { version: mockPutVersion(params), metadata: mockMetadata(source) }
     const fetched = version ?? mockCheck(source, undefined)
@@ -133,7 +132,7 @@ class Step {
     }
     const dir = await mkdtemp(join(tmpdir(), "runnel-git-"))
     try {
-      if (request.operation === "check") return { versions: await gitCheck(source, version, dir, gitDeps) }
+      if (request.operation === "check") return gitCheck(source, version, dir, gitDeps)
       if (request.operation === "fetch") {
         const fetched = await gitFetch(source, version, dir, gitDeps)
         for (const task of await uploadTasks(this.#deps.mockImage, dir, request.destDir as VolumePlace)) await this.#run(task)
@@ -161,7 +160,7 @@ class Step {
       const stdout = await this.#run(protocolTask(image, "check", { source, version: version ?? null }, "/tmp/build/check", {}))
       return checkVersions(parseAnswer(stdout, "check"))
     }
-    if (request.operation === "check") return { versions: await check() }
+    if (request.operation === "check") return check()
     if (request.operation === "fetch") {
       const fetched = version ?? (await check()).at(-1)
       if (fetched === undefined) throw new Error(`the ${image} resource has no versions`)
