@@ -32,7 +32,8 @@ export const networkFlags: readonly FlagSpec[] = [
     name: "slack-api-url",
     value: "URL",
     defaultValue: "https://slack.com/api",
-    description: "base URL of the Slack Web API that slack notifications post to (chat.postMessage), for Slack-compatible servers",
+    description:
+      "base URL of the Slack Web API that slack notifications post to (chat.postMessage), for Slack-compatible servers",
   },
   {
     name: "fetch-max-response-mb",
@@ -65,8 +66,12 @@ export function networkPart(flags: FlagValues, features: readonly Feature[]): Ne
     fetch: features.includes("fetch"),
     notifications: features.includes("notifications"),
     slackApiUrl,
-    fetchMaxResponseBytes: parsePositiveInt(flags["fetch-max-response-mb"] as string, "fetch-max-response-mb") * 1024 * 1024,
-    allowMetadataAddresses: parseSwitch(flags["allow-metadata-addresses"] as string | undefined, "allow-metadata-addresses"),
+    fetchMaxResponseBytes:
+      parsePositiveInt(flags["fetch-max-response-mb"] as string, "fetch-max-response-mb") * 1024 * 1024,
+    allowMetadataAddresses: parseSwitch(
+      flags["allow-metadata-addresses"] as string | undefined,
+      "allow-metadata-addresses",
+    ),
   }
 }
 

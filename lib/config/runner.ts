@@ -1,4 +1,5 @@
 import { parseDuration } from "../core/duration.ts"
+import { defaultFeatures } from "./features.ts"
 import {
   type CommandLine,
   deepFreeze,
@@ -9,7 +10,6 @@ import {
   parsePositiveInt,
   readFlags,
 } from "./flags.ts"
-import { defaultFeatures } from "./features.ts"
 import { checkDriverName, mockImageFlag, type NetworkSettings, networkFlags, networkPart } from "./operator.ts"
 
 export const runnerFlags: readonly FlagSpec[] = [

@@ -63,7 +63,16 @@ export class OutboundError extends Error {
  * Hop-by-hop and framing headers runnel sets itself; a pipeline's values for
  * them are dropped, as the WHATWG fetch standard drops its forbidden headers.
  */
-const framingHeaders = new Set(["host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer"])
+const framingHeaders = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+])
 
 const redirectStatuses = new Set([301, 302, 303, 307, 308])
 
@@ -102,7 +111,9 @@ export async function sendOutbound(request: OutboundRequest, policy: OutboundPol
       }
       // Credentials meant for one origin do not follow a redirect to another.
       if (next.origin !== url.origin) {
-        headers = headers.filter(([name]) => !["authorization", "cookie", "proxy-authorization"].includes(name.toLowerCase()))
+        headers = headers.filter(
+          ([name]) => !["authorization", "cookie", "proxy-authorization"].includes(name.toLowerCase()),
+        )
       }
       url = next
     }
@@ -122,7 +133,9 @@ export function parseUrl(text: string): URL {
   try {
     url = new URL(text)
   } catch {
-    throw new OutboundError(`${JSON.stringify(text)} is not a valid URL; write it in full, such as https://example.com/path`)
+    throw new OutboundError(
+      `${JSON.stringify(text)} is not a valid URL; write it in full, such as https://example.com/path`,
+    )
   }
   checkScheme(url, "requested")
   return url
@@ -130,7 +143,9 @@ export function parseUrl(text: string): URL {
 
 function checkScheme(url: URL, how: string): void {
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new OutboundError(`${how} ${url.protocol} URL ${url.href.slice(0, 100)}: only http: and https: URLs are allowed`)
+    throw new OutboundError(
+      `${how} ${url.protocol} URL ${url.href.slice(0, 100)}: only http: and https: URLs are allowed`,
+    )
   }
 }
 
@@ -178,7 +193,8 @@ function guardedLookup(policy: OutboundPolicy): LookupFunction {
     resolve(hostname).then(
       (addresses) => {
         try {
-          if (addresses.length === 0) throw Object.assign(new Error(`${hostname} has no address`), { code: "ENOTFOUND" })
+          if (addresses.length === 0)
+            throw Object.assign(new Error(`${hostname} has no address`), { code: "ENOTFOUND" })
           for (const { address } of addresses) refuseMetadata(address, hostname, policy)
         } catch (refused) {
           return callback(refused as NodeJS.ErrnoException, "", 0)
@@ -268,7 +284,9 @@ async function answer(
 
 /** The body as the server meant it: gzip, deflate and br are undone, as fetch() does; the size limit counts these bytes. */
 function decode(response: IncomingMessage): Readable {
-  const encoding = String(response.headers["content-encoding"] ?? "").trim().toLowerCase()
+  const encoding = String(response.headers["content-encoding"] ?? "")
+    .trim()
+    .toLowerCase()
   const decoder =
     encoding === "gzip" || encoding === "x-gzip"
       ? createGunzip()

@@ -163,10 +163,12 @@ export class RunContext {
       if (!value.startsWith("secret:")) return value
       return this.#secret(value.slice("secret:".length), `${where} asks for it`)
     }
-    if (Array.isArray(value)) return Promise.all(value.map((item, index) => this.resolveSecretsIn(item, `${where}[${index}]`)))
+    if (Array.isArray(value))
+      return Promise.all(value.map((item, index) => this.resolveSecretsIn(item, `${where}[${index}]`)))
     if (value !== null && typeof value === "object") {
       const resolved: Record<string, unknown> = {}
-      for (const [key, item] of Object.entries(value)) resolved[key] = await this.resolveSecretsIn(item, `${where}.${key}`)
+      for (const [key, item] of Object.entries(value))
+        resolved[key] = await this.resolveSecretsIn(item, `${where}.${key}`)
       return resolved
     }
     return value

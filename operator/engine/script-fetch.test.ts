@@ -13,12 +13,17 @@ const dir = mkdtempSync(join(tmpdir(), "runnel-fetch-test-"))
 let runner: Awaited<ReturnType<typeof scriptRunner>>
 let server: Awaited<ReturnType<typeof testServer>>
 beforeAll(async () => {
-  runner = await scriptRunner(nativeDriverFactory({ workRoot: join(dir, "work"), path: "/usr/bin:/bin" }).create({}), "native")
+  runner = await scriptRunner(
+    nativeDriverFactory({ workRoot: join(dir, "work"), path: "/usr/bin:/bin" }).create({}),
+    "native",
+  )
   server = await testServer((request, response) => {
     const url = new URL(request.url, "http://x")
     if (url.pathname === "/build") {
       response.writeHead(200, { "content-type": "application/json", "x-build": "42", "set-cookie": ["a=1", "b=2"] })
-      response.end(JSON.stringify({ version: "1.4.0", seen: { method: request.method, token: request.headers["x-token"] } }))
+      response.end(
+        JSON.stringify({ version: "1.4.0", seen: { method: request.method, token: request.headers["x-token"] } }),
+      )
     } else if (url.pathname === "/echo") {
       response.writeHead(201, "Made", { "content-type": request.headers["content-type"] ?? "none" })
       response.end(request.body)
@@ -82,7 +87,9 @@ describe("fetch()", () => {
       { secrets: staticSecrets({ TOKEN: "secret-token-value" }) },
     )
     const lines = printed.split("\n")
-    expect(lines[0]).toMatch(/^fetch GET http:\/\/127\.0\.0\.1:\d+\/build\?token=\*\*\*REDACTED\*\*\* -> 200 in \d+ ms$/)
+    expect(lines[0]).toMatch(
+      /^fetch GET http:\/\/127\.0\.0\.1:\d+\/build\?token=\*\*\*REDACTED\*\*\* -> 200 in \d+ ms$/,
+    )
     expect(lines.slice(1)).toEqual([
       "200 true OK true",
       "1.4.0 GET true",
@@ -215,7 +222,7 @@ describe("fetch()", () => {
     )
     expect(printed.split("\n")).toEqual([
       "TypeError: fetch: a GET request cannot have a body",
-      "TypeError: fetch: body must be a string, an ArrayBuffer or a typed array; send an object as JSON.stringify(value), got {\"a\":1}",
+      'TypeError: fetch: body must be a string, an ArrayBuffer or a typed array; send an object as JSON.stringify(value), got {"a":1}',
       'TypeError: Headers.append: "bad header" is not a valid header name',
       'RangeError: fetch: timeout must be a duration such as "30s", "1h" or "1m30s", or a number of seconds, got "soon"',
       "TypeError: fetch: the first argument must be a URL string, got 42",
@@ -226,7 +233,15 @@ describe("fetch()", () => {
 
 describe("isMetadataAddress", () => {
   it("knows the metadata ranges in every spelling and leaves other addresses alone", () => {
-    for (const address of ["169.254.169.254", "169.254.0.1", "fe80::1", "FD00:EC2::254", "100.100.100.200", "::ffff:169.254.169.254", "::ffff:a9fe:a9fe"]) {
+    for (const address of [
+      "169.254.169.254",
+      "169.254.0.1",
+      "fe80::1",
+      "FD00:EC2::254",
+      "100.100.100.200",
+      "::ffff:169.254.169.254",
+      "::ffff:a9fe:a9fe",
+    ]) {
       expect(isMetadataAddress(address), address).toBe(true)
     }
     for (const address of ["127.0.0.1", "10.0.0.1", "::1", "192.168.1.1", "fd00::1", "::ffff:7f00:1"]) {

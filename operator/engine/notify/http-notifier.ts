@@ -27,7 +27,8 @@ export const httpBackend: NotifyBackend = {
   },
   async send(config, notification, deliver) {
     const headers = Object.entries((config.headers ?? {}) as Record<string, string>)
-    if (!headers.some(([name]) => name.toLowerCase() === "content-type")) headers.push(["content-type", "application/json"])
+    if (!headers.some(([name]) => name.toLowerCase() === "content-type"))
+      headers.push(["content-type", "application/json"])
     await deliver({
       url: config.url as string,
       method: typeof config.method === "string" ? config.method.toUpperCase() : "POST",

@@ -15,7 +15,10 @@ const dir = mkdtempSync(join(tmpdir(), "runnel-notify-test-"))
 let runner: Awaited<ReturnType<typeof scriptRunner>>
 let secretStore: SecretStore
 beforeAll(async () => {
-  runner = await scriptRunner(nativeDriverFactory({ workRoot: join(dir, "work"), path: "/usr/bin:/bin" }).create({}), "native")
+  runner = await scriptRunner(
+    nativeDriverFactory({ workRoot: join(dir, "work"), path: "/usr/bin:/bin" }).create({}),
+    "native",
+  )
   secretStore = await openSqliteSecretStore({ path: ":memory:", passphrase: "notify-test" })
   await secretStore.set(globalScope, { HOOK_TOKEN: "global-token-value", API_KEY: "global-api-key-0001" })
   await secretStore.set(pipelineScope("p1"), { HOOK_TOKEN: "pipeline-token-value" })
@@ -64,7 +67,8 @@ function slackStandIn(token: string, channels: readonly string[]) {
       return answer({ ok: false, error: "invalid_arguments" })
     }
     const body = JSON.parse(request.body) as { channel?: string; text?: string }
-    if (body.channel === undefined || !channels.includes(body.channel)) return answer({ ok: false, error: "channel_not_found" })
+    if (body.channel === undefined || !channels.includes(body.channel))
+      return answer({ ok: false, error: "channel_not_found" })
     if (body.text === undefined || body.text === "") return answer({ ok: false, error: "no_text" })
     answer({ ok: true, channel: "C0123", ts: "1700000000.000100", message: { type: "message", text: body.text } })
   })
@@ -101,7 +105,7 @@ describe("notify.send", () => {
           {
             n: {
               type: "http",
-              url: receiver.url + "/hooks/ci",
+              url: `${receiver.url}/hooks/ci`,
               headers: { Authorization: "secret:HOOK_TOKEN", "X-Api-Key": "secret:API_KEY", "X-Plain": "plain" },
             },
           },
@@ -151,7 +155,11 @@ describe("notify.send", () => {
     const slack = await slackStandIn("xoxb-test-token", ["#builds", "C0DEPLOY"])
     try {
       const { output } = await runner.run(
-        sendScript({ team: { type: "slack", token: "secret:SLACK_TOKEN", channels: ["#builds", "C0DEPLOY"] } }, "team", "green"),
+        sendScript(
+          { team: { type: "slack", token: "secret:SLACK_TOKEN", channels: ["#builds", "C0DEPLOY"] } },
+          "team",
+          "green",
+        ),
         { secrets: staticSecrets({ SLACK_TOKEN: "xoxb-test-token" }), network: { slackApiUrl: `${slack.url}/api/` } },
       )
       expect(output("pipeline/console")).toBe("sent\n")

@@ -91,12 +91,20 @@ export class Notifications {
     try {
       await backend.send(
         resolved,
-        { name, message: redactor.redact(message), runId: run.runId, pipelineName: run.pipelineName, status: "running" },
+        {
+          name,
+          message: redactor.redact(message),
+          runId: run.runId,
+          pipelineName: run.pipelineName,
+          status: "running",
+        },
         this.#deliver(backend.name),
       )
     } catch (error) {
       if (this.#deps.signal.aborted) throw this.#deps.signal.reason
-      throw new Error(redactor.redact(`notify.send: ${backend.name} notification "${name}" failed: ${errorMessage(error)}`))
+      throw new Error(
+        redactor.redact(`notify.send: ${backend.name} notification "${name}" failed: ${errorMessage(error)}`),
+      )
     }
   }
 

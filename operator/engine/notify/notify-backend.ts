@@ -33,20 +33,34 @@ export type NotifyBackend = {
 }
 
 /** A required non-empty string field of a config. */
-export function requiredString(config: Readonly<Record<string, unknown>>, field: string, where: string, example: string): string {
+export function requiredString(
+  config: Readonly<Record<string, unknown>>,
+  field: string,
+  where: string,
+  example: string,
+): string {
   const value = config[field]
   if (typeof value !== "string" || value === "") {
-    throw new TypeError(`${where} needs ${field}, a non-empty string such as ${JSON.stringify(example)}; got ${show(value)}`)
+    throw new TypeError(
+      `${where} needs ${field}, a non-empty string such as ${JSON.stringify(example)}; got ${show(value)}`,
+    )
   }
   return value
 }
 
 /** A URL field: a `secret:` reference (checked when sent), or an http(s) URL. */
-export function urlField(config: Readonly<Record<string, unknown>>, field: string, where: string, example: string): string {
+export function urlField(
+  config: Readonly<Record<string, unknown>>,
+  field: string,
+  where: string,
+  example: string,
+): string {
   const value = requiredString(config, field, where, example)
   if (value.startsWith("secret:")) return value
   if (!URL.canParse(value) || !/^https?:$/.test(new URL(value).protocol)) {
-    throw new TypeError(`${where}: ${field} must be an http or https URL, or "secret:KEY"; got ${JSON.stringify(value)}`)
+    throw new TypeError(
+      `${where}: ${field} must be an http or https URL, or "secret:KEY"; got ${JSON.stringify(value)}`,
+    )
   }
   return value
 }

@@ -19,7 +19,9 @@ export function slackBackend(apiUrl: string): NotifyBackend {
         channels.length === 0 ||
         !channels.every((channel) => typeof channel === "string" && channel !== "")
       ) {
-        throw new TypeError(`${where} needs channels, a non-empty list of channel names or ids such as ["#builds"]; got ${show(channels)}`)
+        throw new TypeError(
+          `${where} needs channels, a non-empty list of channel names or ids such as ["#builds"]; got ${show(channels)}`,
+        )
       }
     },
     async send(config, notification, deliver) {
@@ -37,10 +39,14 @@ export function slackBackend(apiUrl: string): NotifyBackend {
         try {
           answer = JSON.parse(body) as typeof answer
         } catch {
-          throw new Error(`Slack answered channel ${channel} with something other than JSON: ${body.split("\n")[0]?.slice(0, 200)}`)
+          throw new Error(
+            `Slack answered channel ${channel} with something other than JSON: ${body.split("\n")[0]?.slice(0, 200)}`,
+          )
         }
         if (answer.ok !== true) {
-          throw new Error(`Slack refused the message to channel ${channel}: ${String(answer.error ?? "no error code given")}`)
+          throw new Error(
+            `Slack refused the message to channel ${channel}: ${String(answer.error ?? "no error code given")}`,
+          )
         }
       }
     },

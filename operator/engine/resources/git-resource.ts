@@ -116,7 +116,12 @@ async function cloneBranch(source: GitSource, dir: string, deps: GitDeps): Promi
  * check answers: only the newest without a version, or when `version` is no
  * longer in the branch's history.
  */
-export async function gitCheck(source: GitSource, version: Version | undefined, dir: string, deps: GitDeps): Promise<Version[]> {
+export async function gitCheck(
+  source: GitSource,
+  version: Version | undefined,
+  dir: string,
+  deps: GitDeps,
+): Promise<Version[]> {
   const branch = await cloneBranch(source, dir, deps)
   const commits = await git.log({ fs, dir, ref: branch })
   const newest = commits[0]
@@ -186,14 +191,23 @@ export async function gitPush(
   if (onlyTag !== true) {
     deps.progress(`pushing ${head} to ${source.branch}`)
     await pushed(
-      git.push({ ...remote(source, deps), dir, ref: head, remoteRef: `refs/heads/${source.branch}`, force: force === true }),
+      git.push({
+        ...remote(source, deps),
+        dir,
+        ref: head,
+        remoteRef: `refs/heads/${source.branch}`,
+        force: force === true,
+      }),
       `branch ${source.branch}`,
     )
   }
   if (typeof tag === "string") {
     await git.tag({ fs, dir, ref: tag, object: head, force: true })
     deps.progress(`pushing tag ${tag} at ${head}`)
-    await pushed(git.push({ ...remote(source, deps), dir, ref: `refs/tags/${tag}`, remoteRef: `refs/tags/${tag}` }), `tag ${tag}`)
+    await pushed(
+      git.push({ ...remote(source, deps), dir, ref: `refs/tags/${tag}`, remoteRef: `refs/tags/${tag}` }),
+      `tag ${tag}`,
+    )
   }
   return { ref: head }
 }

@@ -83,7 +83,9 @@ describeDocker("nativeResources", () => {
         { name: "message", value: "Second commit\n\nWith a body." },
       ],
     })
-    expect(lines.slice(3).join("\n")).toContain(`0 second version ran . .. .git bin hello.txt \n${JSON.stringify({ ref: second })}`)
+    expect(lines.slice(3).join("\n")).toContain(
+      `0 second version ran . .. .git bin hello.txt \n${JSON.stringify({ ref: second })}`,
+    )
     expect(gitIn(join(dir, "repos", "app.git"), "rev-parse", "v1.0.0")).toBe(second)
     // Each operation is a task of the run, shown as it goes.
     expect(result.tasks.map((task) => [task.path, task.status])).toEqual([
@@ -174,8 +176,12 @@ describeDocker("nativeResources", () => {
     expect(lines[2]).toBe(
       'Error: git source uri "git@github.com:org/repo.git": runnel\'s native git speaks http and https only; use the https URL with username and password',
     )
-    expect(lines[3]).toBe("Error: nativeResources.fetch: destDir is required, a volume from volumes.create() or { volume, path }")
-    expect(lines[4]).toBe('TypeError: nativeResources.fetch: destDir must be a volume from volumes.create() or { volume, path }, got "/tmp"')
+    expect(lines[3]).toBe(
+      "Error: nativeResources.fetch: destDir is required, a volume from volumes.create() or { volume, path }",
+    )
+    expect(lines[4]).toBe(
+      'TypeError: nativeResources.fetch: destDir must be a volume from volumes.create() or { volume, path }, got "/tmp"',
+    )
     expect(lines[5]).toContain("TypeError: nativeResources.check: expected an object")
     expect(lines[6]).toMatch(/^Error: .*404/)
     // The missing repository was a task that failed; the refused calls before it recorded none.
@@ -194,6 +200,8 @@ describeDocker("nativeResources", () => {
       }`,
     )
     expect(result.status).toBe("error")
-    expect(result.message).toContain('secret "NOPE" is not set: nativeResources.check (tasks/1/git-check) source.password asks for it')
+    expect(result.message).toContain(
+      'secret "NOPE" is not set: nativeResources.check (tasks/1/git-check) source.password asks for it',
+    )
   })
 })

@@ -7,11 +7,11 @@ import type { OutboundPolicy } from "../outbound.ts"
 import type { RunContext } from "../run-context.ts"
 import type { TaskRequest } from "../task-request.ts"
 import { mockCheck, mockGetTask, mockMetadata, mockPutVersion, mockType } from "../yaml/mock-resource.ts"
-import { coreTypes } from "../yaml/resource-steps.ts"
-import { checkVersions, fetchedVersion, parseAnswer, protocolTask } from "../yaml/resource-protocol.ts"
+import { checkVersions, coreTypes, fetchedVersion, parseAnswer, protocolTask } from "../yaml/resource-protocol.ts"
 import type { MetadataField, Version } from "../yaml/versions.ts"
-import { gitCheck, gitFetch, gitPush, gitSource } from "./git-resource.ts"
 import { downloadTask, unpackArchive, uploadTasks, type VolumePlace } from "./volume-files.ts"
+
+type GitResource = typeof import("./git-resource.ts")
 
 export type ResourceOperation = "check" | "fetch" | "push"
 
@@ -33,7 +33,9 @@ export type ResourceRequest = {
 }
 
 /** check: the versions, oldest first; fetch and push: the version and its metadata. */
-export type ResourceAnswer = readonly Version[] | { readonly version: Version; readonly metadata: readonly MetadataField[] }
+export type ResourceAnswer =
+  | readonly Version[]
+  | { readonly version: Version; readonly metadata: readonly MetadataField[] }
 
 export type NativeResourcesDeps = {
   readonly context: RunContext
@@ -58,11 +60,16 @@ export function nativeResources(deps: NativeResourcesDeps): (request: ResourceRe
     const kind = resourceKind(type, request.image)
     const source = mapOf(request.source, `nativeResources.${operation}: source`)
     const params = mapOf(request.params, `nativeResources.${operation}: params`)
-    const version = request.version === undefined || request.version === null ? undefined : versionOf(request.version, operation)
+    const version =
+      request.version === undefined || request.version === null ? undefined : versionOf(request.version, operation)
     if (operation === "fetch" && request.destDir === undefined) {
-      throw new TypeError(`nativeResources.fetch: destDir is required, a volume from volumes.create() or { volume, path }`)
+      throw new TypeError(
+        `nativeResources.fetch: destDir is required, a volume from volumes.create() or { volume, path }`,
+      )
     }
-    if (kind.kind === "git") gitSource(source) // a bad source is refused before any task is recorded
+    // isomorphic-git is loaded by the first run that uses git; a bad source is refused before any task is recorded.
+    const git = kind.kind === "git" ? await import("./git-resource.ts") : undefined
+    git?.gitSource(source)
     return deps.context.runOperation(`${String(type)}-${operation}`, async (log, path) => {
       const where = `nativeResources.${operation} (${path})`
       const resolved = {
@@ -71,8 +78,8 @@ export function nativeResources(deps: NativeResourcesDeps): (request: ResourceRe
       }
       const step = new Step(deps, log, path)
       if (kind.kind === "mock") return step.mock(request, resolved.source, resolved.params, version)
-      if (kind.kind === "git") return step.git(request, resolved.source, resolved.params, version)
-      return step.protocol(kind.image, request, resolved.source, resolved.params, version)
+      if (kind.kind === "protocol") return step.protocol(kind.image, request, resolved.source, resolved.params, version)
+      return step.git(git as GitResource, request, resolved.source, resolved.params, version)
     })
   }
 }
@@ -81,10 +88,13 @@ type Kind = { readonly kind: "mock" } | { readonly kind: "git" } | { readonly ki
 
 function resourceKind(type: unknown, image: unknown): Kind {
   if (typeof type !== "string" || type === "") {
-    throw new TypeError(`nativeResources: type must be a resource type such as "git", "mock" or "s3", not ${JSON.stringify(type)}`)
+    throw new TypeError(
+      `nativeResources: type must be a resource type such as "git", "mock" or "s3", not ${JSON.stringify(type)}`,
+    )
   }
   if (image !== undefined) {
-    if (typeof image !== "string" || image === "") throw new TypeError("nativeResources: image must be an image reference")
+    if (typeof image !== "string" || image === "")
+      throw new TypeError("nativeResources: image must be an image reference")
     return { kind: "protocol", image }
   }
   if (type === mockType) return { kind: "mock" }
@@ -108,7 +118,12 @@ class Step {
     this.#path = path
   }
 
-  async mock(request: ResourceRequest, source: YamlMap, params: YamlMap, version: Version | undefined): Promise<ResourceAnswer> {
+  async mock(
+    request: ResourceRequest,
+    source: YamlMap,
+    params: YamlMap,
+    version: Version | undefined,
+  ): Promise<ResourceAnswer> {
     if (request.operation === "check") {
       const found = mockCheck(source, version)
       return found === undefined ? [] : [found]
@@ -123,7 +138,13 @@ class Step {
     return { version: fetched, metadata: mockMetadata(source) }
   }
 
-  async git(request: ResourceRequest, rawSource: YamlMap, params: YamlMap, version: Version | undefined): Promise<ResourceAnswer> {
+  async git(
+    { gitCheck, gitFetch, gitPush, gitSource }: GitResource,
+    request: ResourceRequest,
+    rawSource: YamlMap,
+    params: YamlMap,
+    version: Version | undefined,
+  ): Promise<ResourceAnswer> {
     const source = gitSource(rawSource)
     const gitDeps = {
       policy: this.#deps.policy,
@@ -135,11 +156,14 @@ class Step {
       if (request.operation === "check") return gitCheck(source, version, dir, gitDeps)
       if (request.operation === "fetch") {
         const fetched = await gitFetch(source, version, dir, gitDeps)
-        for (const task of await uploadTasks(this.#deps.mockImage, dir, request.destDir as VolumePlace)) await this.#run(task)
+        for (const task of await uploadTasks(this.#deps.mockImage, dir, request.destDir as VolumePlace))
+          await this.#run(task)
         return fetched
       }
       if (request.repository === undefined) {
-        throw new TypeError("nativeResources.push (git): params.repository is required, the volume holding the clone to push")
+        throw new TypeError(
+          "nativeResources.push (git): params.repository is required, the volume holding the clone to push",
+        )
       }
       const archive = await this.#run(downloadTask(this.#deps.mockImage, request.repository))
       await unpackArchive(Buffer.from(archive.replace(/\s+/g, ""), "base64"), dir)
@@ -157,7 +181,9 @@ class Step {
     version: Version | undefined,
   ): Promise<ResourceAnswer> {
     const check = async () => {
-      const stdout = await this.#run(protocolTask(image, "check", { source, version: version ?? null }, "/tmp/build/check", {}))
+      const stdout = await this.#run(
+        protocolTask(image, "check", { source, version: version ?? null }, "/tmp/build/check", {}),
+      )
       return checkVersions(parseAnswer(stdout, "check"))
     }
     if (request.operation === "check") return check()
@@ -166,11 +192,14 @@ class Step {
       if (fetched === undefined) throw new Error(`the ${image} resource has no versions`)
       const place = request.destDir as VolumePlace
       const dir = posix.join("/tmp/build/get", place.path)
-      const task = protocolTask(image, "in", { source, version: fetched, params }, dir, { "/tmp/build/get": place.volume })
+      const task = protocolTask(image, "in", { source, version: fetched, params }, dir, {
+        "/tmp/build/get": place.volume,
+      })
       return fetchedVersion(parseAnswer(await this.#run(task), "in"), "in")
     }
     const mounts: Record<string, string> = {}
-    for (const [name, place] of Object.entries(request.inputs ?? {})) mounts[posix.join("/tmp/build/put", name)] = place.volume
+    for (const [name, place] of Object.entries(request.inputs ?? {}))
+      mounts[posix.join("/tmp/build/put", name)] = place.volume
     const task = protocolTask(image, "out", { source, params }, "/tmp/build/put", mounts)
     return fetchedVersion(parseAnswer(await this.#run(task), "out"), "out")
   }
@@ -178,7 +207,11 @@ class Step {
   /** Runs a driver task for this operation (not a task of its own): its stderr goes to the operation's output; answers its stdout. */
   async #run(task: Omit<TaskRequest, "name">): Promise<string> {
     const name = `${this.#path.split("/").at(-1)}-${++this.#tasks}`
-    const result = await this.#deps.context.runTaskAt(`${this.#path}/${this.#tasks}`, { ...task, name }, { internal: true })
+    const result = await this.#deps.context.runTaskAt(
+      `${this.#path}/${this.#tasks}`,
+      { ...task, name },
+      { internal: true },
+    )
     if (result.stderr !== "") this.#log.stderr(result.stderr.endsWith("\n") ? result.stderr : `${result.stderr}\n`)
     if (result.code !== 0 || result.timedOut) {
       const last = result.stderr.trim().split("\n").at(-1) ?? ""
@@ -190,7 +223,8 @@ class Step {
 
 function mapOf(value: unknown, what: string): YamlMap {
   if (value === undefined || value === null) return {}
-  if (typeof value !== "object" || Array.isArray(value)) throw new TypeError(`${what} must be an object, not ${JSON.stringify(value)}`)
+  if (typeof value !== "object" || Array.isArray(value))
+    throw new TypeError(`${what} must be an object, not ${JSON.stringify(value)}`)
   return value as YamlMap
 }
 

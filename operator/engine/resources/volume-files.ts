@@ -21,7 +21,11 @@ const mountPath = "/tmp/runnel-volume"
 export type VolumePlace = { readonly volume: string; readonly path: string }
 
 /** The tasks that put the archive of `dir` into `place`: append its parts to a file in the volume, then unpack. */
-export async function uploadTasks(image: string, dir: string, place: VolumePlace): Promise<Omit<TaskRequest, "name">[]> {
+export async function uploadTasks(
+  image: string,
+  dir: string,
+  place: VolumePlace,
+): Promise<Omit<TaskRequest, "name">[]> {
   const encoded = (await packDirectory(dir)).toString("base64")
   const staging = `.runnel-upload-${process.pid}-${Date.now()}.b64`
   const parts: string[] = []
@@ -50,7 +54,9 @@ export async function uploadTasks(image: string, dir: string, place: VolumePlace
 /** The task whose stdout is the base64 ustar archive of `place`, for unpackArchive. */
 export function downloadTask(image: string, place: VolumePlace): Omit<TaskRequest, "name"> {
   return {
-    ...task(image, `set -e; cd "$RUNNEL_SOURCE"; tar c . | base64`, { RUNNEL_SOURCE: place.path === "" ? "." : place.path }),
+    ...task(image, `set -e; cd "$RUNNEL_SOURCE"; tar c . | base64`, {
+      RUNNEL_SOURCE: place.path === "" ? "." : place.path,
+    }),
     mounts: { [mountPath]: place.volume },
   }
 }
@@ -150,7 +156,10 @@ export async function unpackArchive(archive: Buffer, dir: string): Promise<void>
     }
     const path = longName ?? (prefix === "" ? field(0, 100) : `${prefix}/${field(0, 100)}`)
     longName = undefined
-    const relative = posix.normalize(path).replace(/^(\.\/)+/, "").replace(/\/$/, "")
+    const relative = posix
+      .normalize(path)
+      .replace(/^(\.\/)+/, "")
+      .replace(/\/$/, "")
     if (relative === "." || relative === "") continue
     if (relative.startsWith("../") || relative === ".." || relative.startsWith("/")) {
       throw new Error(`the volume's archive names ${JSON.stringify(path)}, which leaves its directory`)

@@ -338,7 +338,8 @@
             : typeof init === "object"
               ? Object.entries(init)
               : null
-      if (pairs === null) throw new TypeError(`Headers: expected an object, a list of pairs or Headers, got ${show(init)}`)
+      if (pairs === null)
+        throw new TypeError(`Headers: expected an object, a list of pairs or Headers, got ${show(init)}`)
       for (const [name, value] of pairs) this.append(name, value)
     }
     append(name, value) {
@@ -431,7 +432,12 @@
       throw new TypeError(`${where}: the second argument must be an options object, got ${show(init)}`)
     }
     const options = init ?? {}
-    const url = typeof input === "string" ? input : input !== null && typeof input === "object" ? String(input.url ?? input.href ?? input) : null
+    const url =
+      typeof input === "string"
+        ? input
+        : input !== null && typeof input === "object"
+          ? String(input.url ?? input.href ?? input)
+          : null
     if (url === null) throw new TypeError(`${where}: the first argument must be a URL string, got ${show(input)}`)
     const asked = options.method === undefined ? "GET" : String(options.method)
     if (!headerName.test(asked)) throw new TypeError(`${where}: ${JSON.stringify(asked)} is not a valid HTTP method`)
@@ -444,7 +450,8 @@
       if (method === "GET" || method === "HEAD") throw new TypeError(`${where}: a ${method} request cannot have a body`)
       if (typeof body === "string") bodyText = body
       else if (body instanceof ArrayBuffer) bodyBytes = body
-      else if (ArrayBuffer.isView(body)) bodyBytes = body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength)
+      else if (ArrayBuffer.isView(body))
+        bodyBytes = body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength)
       else {
         throw new TypeError(
           `${where}: body must be a string, an ArrayBuffer or a typed array; send an object as JSON.stringify(value), got ${show(body)}`,
@@ -477,7 +484,10 @@
       return Promise.reject(error)
     }
     return sendFetch
-      .apply(undefined, [request.json, request.bytes], { arguments: { copy: true }, result: { promise: true, copy: true } })
+      .apply(undefined, [request.json, request.bytes], {
+        arguments: { copy: true },
+        result: { promise: true, copy: true },
+      })
       .then((settled) => {
         if (!settled.ok) withCallerStack(trace)(settled)
         return new Response({ ...JSON.parse(settled.meta), requestedUrl: request.url }, settled.body)
@@ -510,7 +520,9 @@
   function resourceRequest(operation, options) {
     const where = `nativeResources.${operation}`
     if (options === null || typeof options !== "object" || Array.isArray(options)) {
-      throw new TypeError(`${where}: expected an object such as { type: "git", source: { uri: "https://..." } }, got ${show(options)}`)
+      throw new TypeError(
+        `${where}: expected an object such as { type: "git", source: { uri: "https://..." } }, got ${show(options)}`,
+      )
     }
     const { type, source, version, destDir, inputs, image } = options
     const { repository, ...params } = options.params ?? {}

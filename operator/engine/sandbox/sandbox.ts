@@ -53,7 +53,13 @@ export interface ScriptHost {
   fetch(
     requestJson: string,
     body: ArrayBuffer | undefined,
-  ): Promise<{ status: number; statusText: string; url: string; headers: readonly (readonly [string, string])[]; body: Uint8Array }>
+  ): Promise<{
+    status: number
+    statusText: string
+    url: string
+    headers: readonly (readonly [string, string])[]
+    body: Uint8Array
+  }>
   /** Decodes a response body as UTF-8 (a Response's text()), as TextDecoder does. */
   decodeUtf8(body: ArrayBuffer): string
   /** `notify.setConfigs(map)`: synchronous; throws naming the wrong field, and then takes none of them. */
