@@ -412,6 +412,7 @@ interface Response {
   /** The body decoded as UTF-8. */
   text(): Promise<string>
   /** The body parsed as JSON. */
+  // biome-ignore lint/suspicious/noExplicitAny: typed as the DOM library does, so `const x: T = await response.json()` checks
   json(): Promise<any>
   arrayBuffer(): Promise<ArrayBuffer>
 }
