@@ -1,3 +1,4 @@
+import type { NetworkSettings as ConfiguredNetwork } from "../../lib/config/operator.ts"
 import type { RunResult } from "../../lib/core/run.ts"
 import type { WebhookRequest, WebhookResponse } from "../../lib/core/webhook-request.ts"
 import { Redactor } from "../../lib/logs/redactor.ts"
@@ -51,12 +52,7 @@ export type ScriptRun = RunIdentity & {
  * features, and the server's settings for them (lib/config: `--slack-api-url`,
  * `--fetch-max-response-mb`, `--allow-metadata-addresses`).
  */
-export type NetworkSettings = {
-  readonly fetch: boolean
-  readonly notifications: boolean
-  readonly slackApiUrl: string
-  readonly fetchMaxResponseBytes: number
-  readonly allowMetadataAddresses: boolean
+export type NetworkSettings = ConfiguredNetwork & {
   /** Resolves host names for fetch(), notifications and git; the system's resolver unless given (a test's stand-in for DNS). */
   readonly resolve?: OutboundPolicy["resolve"]
 }

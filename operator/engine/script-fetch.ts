@@ -1,5 +1,5 @@
 import { errorMessage } from "../../lib/core/errors.ts"
-import { type OutboundPolicy, sendOutbound } from "./outbound.ts"
+import { type OutboundPolicy, type OutboundResponse, sendOutbound } from "./outbound.ts"
 
 /** The message the `fetch` feature's absence gives (interface.md, Feature gates). */
 export const fetchDisabledMessage = "fetch feature is not enabled"
@@ -20,14 +20,6 @@ export type FetchRequest = {
   readonly timeoutMs?: number
 }
 
-export type FetchAnswer = {
-  readonly status: number
-  readonly statusText: string
-  readonly url: string
-  readonly headers: readonly (readonly [string, string])[]
-  readonly body: Uint8Array
-}
-
 export const defaultFetchTimeoutMs = 30_000
 /** WHATWG fetch follows at most 20 redirects; so does runnel. */
 const maxRedirects = 20
@@ -41,7 +33,7 @@ export function scriptFetch(
   settings: FetchSettings,
   consoleLine: (line: string) => void,
   signal: AbortSignal,
-): (request: FetchRequest, body: Uint8Array | undefined) => Promise<FetchAnswer> {
+): (request: FetchRequest, body: Uint8Array | undefined) => Promise<OutboundResponse> {
   return async (request, body) => {
     if (!settings.enabled) throw new Error(fetchDisabledMessage)
     const started = performance.now()
