@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -19,6 +20,7 @@ describeDocker("nativeResources", () => {
   let first: string
   let second: string
   let source: Record<string, string>
+  const resourceImage = `runnel-test-resource-${process.pid}:1`
 
   beforeAll(async () => {
     runner = await scriptRunner(dockerDriverFactory({ host: dockerHost }).create({}), "docker")
@@ -47,6 +49,9 @@ describeDocker("nativeResources", () => {
     await server?.close()
     await runner?.close()
     rmSync(dir, { recursive: true, force: true })
+    try {
+      execFileSync("docker", ["rmi", "-f", resourceImage], { stdio: "ignore" })
+    } catch {} // not built when its test did not run
   })
 
   it("checks, fetches into a volume a container task reads, and pushes a tag the server then has", async () => {
@@ -146,6 +151,63 @@ describeDocker("nativeResources", () => {
       "tasks/3/read",
       "tasks/4/mock-push",
     ])
+  })
+
+  it("runs any other type through the Concourse resource protocol in its image, with secrets resolved in nested source and params", async () => {
+    // A resource type of our own, built from the local busybox image (no registry here).
+    const context = join(dir, "resource-image")
+    mkdirSync(join(context, "opt", "resource"), { recursive: true })
+    const script = (body: string) => `#!/bin/sh\nrequest=$(cat)\n${body}\n`
+    writeFileSync(
+      join(context, "opt", "resource", "check"),
+      script(`case "$request" in *'"v":"1"'*) echo '[{"v":"1"},{"v":"2"}]' ;; *) echo '[{"v":"2"}]' ;; esac`),
+      { mode: 0o755 },
+    )
+    writeFileSync(
+      join(context, "opt", "resource", "in"),
+      script(
+        `echo "fetching into $1" >&2\nprintf '%s' "$request" > "$1/request.json"\necho '{"version":{"v":"2"},"metadata":[{"name":"by","value":"test-resource"}]}'`,
+      ),
+      { mode: 0o755 },
+    )
+    writeFileSync(
+      join(context, "opt", "resource", "out"),
+      script(
+        `echo "inputs: $(ls "$1")" >&2\nprintf '{"version":{"v":"3","seen":"%s"}}\\n' "$(wc -c < "$1/input/sub/request.json" | tr -d ' ')"`,
+      ),
+      { mode: 0o755 },
+    )
+    writeFileSync(join(context, "Dockerfile"), "FROM busybox\nCOPY opt /opt\n")
+    execFileSync("docker", ["build", "-q", "-t", resourceImage, context], { stdio: "ignore" })
+    const { result, output } = await runner.run(
+      `export const pipeline = async () => {
+        const type = { type: "custom", image: "${resourceImage}" }
+        const source = { token: "secret:GIT_PASS", nested: [{ k: "secret:GIT_PASS" }, 5, true], plain: "secret-less" }
+        console.log(JSON.stringify(await nativeResources.check({ ...type, source, version: { v: "1" } })))
+        const dest = volumes.create({ name: "dest" })
+        const got = await nativeResources.fetch({ ...type, source, params: { p: "secret:GIT_USER" }, destDir: { volume: dest, path: "sub" } })
+        console.log(JSON.stringify(got))
+        const read = await runtime.run({ name: "read", image: "busybox", mounts: { "/d": dest }, workDir: "/d",
+          command: { path: "sh", args: ["-c", "sed -e s/git-password-value/PASSWORD/g -e s/ci-bot/USER/g sub/request.json"] } })
+        console.log(read.stdout)
+        console.log(JSON.stringify(await nativeResources.push({ ...type, source, inputs: { input: dest } })))
+      }`,
+      { secrets },
+    )
+    expect(result.message).toBeNull()
+    expect(output("pipeline/console").split("\n")).toEqual([
+      JSON.stringify([{ v: "1" }, { v: "2" }]),
+      JSON.stringify({ version: { v: "2" }, metadata: [{ name: "by", value: "test-resource" }] }),
+      JSON.stringify({
+        source: { token: "PASSWORD", nested: [{ k: "PASSWORD" }, 5, true], plain: "secret-less" },
+        version: { v: "2" },
+        params: { p: "USER" },
+      }),
+      expect.stringMatching(/^\{"version":\{"v":"3","seen":"\d+"\},"metadata":\[\]\}$/),
+      "",
+    ])
+    expect(output("tasks/2/custom-fetch", "stderr")).toContain("fetching into /tmp/build/get/sub\n")
+    expect(output("tasks/4/custom-push", "stderr")).toContain("inputs: input\n")
   })
 
   it("rejects an unknown type, a git source without uri and a bad destDir with messages the script can catch", async () => {

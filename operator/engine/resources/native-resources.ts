@@ -1,6 +1,7 @@
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join, posix } from "node:path"
+import { errorMessage } from "../../../lib/core/errors.ts"
 import type { TaskLog } from "../../../lib/logs/task-log.ts"
 import type { YamlMap } from "../../../lib/yaml/types.ts"
 import type { OutboundPolicy } from "../outbound.ts"
@@ -184,7 +185,7 @@ class Step {
       const stdout = await this.#run(
         protocolTask(image, "check", { source, version: version ?? null }, "/tmp/build/check", {}),
       )
-      return checkVersions(parseAnswer(stdout, "check"))
+      return answered(() => checkVersions(parseAnswer(stdout, "check")))
     }
     if (request.operation === "check") return check()
     if (request.operation === "fetch") {
@@ -195,13 +196,15 @@ class Step {
       const task = protocolTask(image, "in", { source, version: fetched, params }, dir, {
         "/tmp/build/get": place.volume,
       })
-      return fetchedVersion(parseAnswer(await this.#run(task), "in"), "in")
+      const stdout = await this.#run(task)
+      return answered(() => fetchedVersion(parseAnswer(stdout, "in"), "in"))
     }
     const mounts: Record<string, string> = {}
     for (const [name, place] of Object.entries(request.inputs ?? {}))
       mounts[posix.join("/tmp/build/put", name)] = place.volume
     const task = protocolTask(image, "out", { source, params }, "/tmp/build/put", mounts)
-    return fetchedVersion(parseAnswer(await this.#run(task), "out"), "out")
+    const stdout = await this.#run(task)
+    return answered(() => fetchedVersion(parseAnswer(stdout, "out"), "out"))
   }
 
   /** Runs a driver task for this operation (not a task of its own): its stderr goes to the operation's output; answers its stdout. */
@@ -218,6 +221,19 @@ class Step {
       throw new Error(`its task in ${task.image} exited ${result.code}${last === "" ? "" : `: ${last}`}`)
     }
     return result.stdout
+  }
+}
+
+/**
+ * The resource's answer read with the YAML interpreter's code, which throws
+ * SystemError (a YAML step errors); for a script a resource that answers
+ * wrongly is a failure it may catch, not the end of the run.
+ */
+function answered<T>(read: () => T): T {
+  try {
+    return read()
+  } catch (error) {
+    throw new Error(errorMessage(error))
   }
 }
 
