@@ -106,6 +106,25 @@ describe("fetch()", () => {
     ])
   })
 
+  it("sends nothing of the host: no proxy from its environment, no cookies, only the script's headers", async () => {
+    const saved = { HTTP_PROXY: process.env.HTTP_PROXY, NODE_USE_ENV_PROXY: process.env.NODE_USE_ENV_PROXY }
+    // A proxy the host would use if fetch() took it from the environment; nothing listens there.
+    process.env.HTTP_PROXY = "http://user:proxy-password@127.0.0.1:1"
+    process.env.NODE_USE_ENV_PROXY = "1"
+    const before = server.received.length
+    try {
+      const printed = await console_(`console.log((await fetch(base + "/build", { headers: { "x-token": "t" } })).status)`)
+      expect(printed).toContain("\n200\n")
+    } finally {
+      for (const [name, value] of Object.entries(saved)) {
+        if (value === undefined) delete process.env[name]
+        else process.env[name] = value
+      }
+    }
+    const [request] = server.received.slice(before)
+    expect(Object.keys(request?.headers ?? {}).sort()).toEqual(["accept-encoding", "connection", "host", "x-token"])
+  })
+
   it("sends a method and a body, string or bytes, and undoes gzip", async () => {
     const printed = await console_(
       `const text = await fetch(base + "/echo", { method: "post", body: "héllo" })
