@@ -113,7 +113,9 @@ describe("fetch()", () => {
     process.env.NODE_USE_ENV_PROXY = "1"
     const before = server.received.length
     try {
-      const printed = await console_(`console.log((await fetch(base + "/build", { headers: { "x-token": "t" } })).status)`)
+      const printed = await console_(
+        `console.log((await fetch(base + "/build", { headers: { "x-token": "t" } })).status)`,
+      )
       expect(printed).toContain("\n200\n")
     } finally {
       for (const [name, value] of Object.entries(saved)) {

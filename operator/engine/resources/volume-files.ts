@@ -1,5 +1,5 @@
 import { lstat, mkdir, readdir, readFile, readlink, symlink, writeFile } from "node:fs/promises"
-import { join, posix } from "node:path"
+import { isAbsolute, join, posix, relative } from "node:path"
 import type { TaskRequest } from "../task-request.ts"
 
 /**
@@ -174,6 +174,13 @@ export async function unpackArchive(archive: Buffer, dir: string): Promise<void>
     }
   }
   for (const [link, target] of links) {
+    // A link out of `dir` would let what a task wrote make the operator read its own files (a push reads `.git`).
+    const resolved = join(target, "..", link)
+    if (isAbsolute(link) || relative(dir, resolved).startsWith("..")) {
+      throw new Error(
+        `the volume's archive has a symbolic link ${JSON.stringify(relative(dir, target))} -> ${JSON.stringify(link)}, which leaves its directory`,
+      )
+    }
     await mkdir(join(target, ".."), { recursive: true })
     await symlink(link, target)
   }
