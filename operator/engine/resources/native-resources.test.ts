@@ -1,4 +1,5 @@
 import { execFileSync } from "node:child_process"
+import { createHash, randomBytes } from "node:crypto"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -68,6 +69,7 @@ describeDocker("nativeResources", () => {
         console.log(read.code, read.stdout.replace(/\\n/g, " "))
         const pushed = await nativeResources.push({ type: "git", source, params: { repository: repo, tag: "v1.0.0", only_tag: true } })
         console.log(JSON.stringify(pushed.version))
+        await nativeResources.push({ type: "git", source: { ...source, branch: "release" }, params: { repository: { volume: repo } } })
       }`,
       { secrets },
     )
@@ -92,6 +94,7 @@ describeDocker("nativeResources", () => {
       `0 second version ran . .. .git bin hello.txt \n${JSON.stringify({ ref: second })}`,
     )
     expect(gitIn(join(dir, "repos", "app.git"), "rev-parse", "v1.0.0")).toBe(second)
+    expect(gitIn(join(dir, "repos", "app.git"), "rev-parse", "refs/heads/release")).toBe(second)
     // Each operation is a task of the run, shown as it goes.
     expect(result.tasks.map((task) => [task.path, task.status])).toEqual([
       ["tasks/1/git-check", "success"],
@@ -100,6 +103,7 @@ describeDocker("nativeResources", () => {
       ["tasks/3/git-fetch", "success"],
       ["tasks/4/read", "success"],
       ["tasks/5/git-push", "success"],
+      ["tasks/6/git-push", "success"],
     ])
     expect(events).toContain("started tasks/3/git-fetch")
     expect(events).toContain("finished tasks/5/git-push success")
@@ -122,6 +126,31 @@ describeDocker("nativeResources", () => {
     )
     expect(result.status).toBe("success")
     expect(output("pipeline/console")).toBe(`${second} second version\n`)
+  })
+
+  it("fetches a repository larger than one task's environment carries, intact", async () => {
+    const origin = join(dir, "repos", "big.git")
+    mkdirSync(origin, { recursive: true })
+    gitIn(origin, "init", "--bare", "-q", "-b", "main")
+    const work = join(dir, "big-work")
+    mkdirSync(work)
+    gitIn(work, "init", "-q", "-b", "main")
+    const content = randomBytes(2 * 1024 * 1024)
+    writeFileSync(join(work, "big.bin"), content)
+    gitIn(work, "add", ".")
+    gitIn(work, "commit", "-q", "-m", "Big file")
+    gitIn(work, "push", "-q", origin, "main")
+    const { result, output } = await runner.run(
+      `export const pipeline = async () => {
+        const big = volumes.create()
+        await nativeResources.fetch({ type: "git", source: ${JSON.stringify({ ...source, uri: `${server.url}/big.git` })}, destDir: big })
+        const sum = await runtime.run({ name: "sum", image: "busybox", mounts: { "/b": big }, workDir: "/b", command: { path: "md5sum", args: ["big.bin"] } })
+        console.log(sum.stdout.trim())
+      }`,
+      { secrets },
+    )
+    expect(result.status).toBe("success")
+    expect(output("pipeline/console")).toBe(`${createHash("md5").update(content).digest("hex")}  big.bin\n`)
   })
 
   it("runs Concourse's mock resource: check, fetch into a volume, push", async () => {
