@@ -8,7 +8,9 @@
  * This file is a script (it has no top-level import or export), so listing it
  * in a tsconfig `include` or `files`, or referencing it with
  * `/// <reference path="path/to/runnel/types/runnel.d.ts" />`, makes the
- * globals known to the editor and to `tsc`. runnel itself strips types and
+ * globals known to the editor and to `tsc`. Use it with `"types": []` and
+ * `"lib": ["es2024"]`: Node's types and the DOM library declare their own
+ * `fetch`, `Headers` and `Response`, which clash with these. runnel itself strips types and
  * does not check them.
  */
 
