@@ -249,6 +249,7 @@ describeDocker("nativeResources", () => {
           () => nativeResources.fetch({ type: "git", source: { uri: "${server.url}/app.git" } }),
           () => nativeResources.fetch({ type: "mock", destDir: "/tmp" }),
           () => nativeResources.check("git"),
+          () => nativeResources.check({ type: "my/type", image: "busybox" }),
           () => nativeResources.check({ type: "git", source: { uri: "${server.url}/missing.git", username: "ci-bot", password: "git-password-value" } }),
         ]) {
           try { await call(); console.log("accepted") } catch (error) { console.log(error.name + ": " + error.message) }
@@ -274,7 +275,10 @@ describeDocker("nativeResources", () => {
       'TypeError: nativeResources.fetch: destDir must be a volume from volumes.create() or { volume, path }, got "/tmp"',
     )
     expect(lines[5]).toContain("TypeError: nativeResources.check: expected an object")
-    expect(lines[6]).toMatch(/^Error: .*404/)
+    expect(lines[6]).toBe(
+      'Error: nativeResources: type must be a resource type such as "git", "mock" or "s3", not "my/type"',
+    )
+    expect(lines[7]).toMatch(/^Error: .*404/)
     // The missing repository was a task that failed; the refused calls before it recorded none.
     expect(result.tasks.map((task) => [task.path, task.status])).toEqual([
       ["pipeline/console", "success"],

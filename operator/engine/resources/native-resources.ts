@@ -88,7 +88,8 @@ export function nativeResources(deps: NativeResourcesDeps): (request: ResourceRe
 type Kind = { readonly kind: "mock" } | { readonly kind: "git" } | { readonly kind: "protocol"; readonly image: string }
 
 function resourceKind(type: unknown, image: unknown): Kind {
-  if (typeof type !== "string" || type === "") {
+  // The type names the operation's task (tasks/<n>/<type>-<operation>), so it is a task name's characters.
+  if (typeof type !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$/.test(type)) {
     throw new TypeError(
       `nativeResources: type must be a resource type such as "git", "mock" or "s3", not ${JSON.stringify(type)}`,
     )
