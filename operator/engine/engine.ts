@@ -129,7 +129,13 @@ export function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortSignal)
         run: { runId: run.runId, pipelineName: run.pipelineName },
         signal: runSignal,
       })
-      const resource = nativeResources({ context, mockImage: deps.mockImage ?? "busybox", policy, signal: runSignal })
+      const resource = nativeResources({
+        context,
+        mockImage: deps.mockImage ?? "busybox",
+        policy,
+        fetchEnabled: network.fetch,
+        signal: runSignal,
+      })
       const host = {
         fetch: (requestJson: string, body: ArrayBuffer | undefined) => {
           const request = JSON.parse(requestJson) as FetchRequest & { bodyText?: string }

@@ -288,6 +288,21 @@ describeDocker("nativeResources", () => {
     expect(output("tasks/1/git-check", "stderr")).not.toContain("git-password-value")
   })
 
+  it("refuses git when the fetch feature is off, and sends nothing", async () => {
+    const before = server.requests.length
+    const { result, output } = await runner.run(
+      `export const pipeline = async () => {
+        try { await nativeResources.check({ type: "git", source: { uri: "${server.url}/app.git" } }) } catch (error) { console.log(error.message) }
+      }`,
+      { network: { fetch: false } },
+    )
+    expect(result.status).toBe("success")
+    expect(output("pipeline/console")).toBe(
+      "nativeResources: fetch feature is not enabled; git reaches the network from runnel's operator, as fetch() does\n",
+    )
+    expect(server.requests.length).toBe(before)
+  })
+
   it("ends the run as an error naming a missing secret in source", async () => {
     const { result } = await runner.run(
       `export const pipeline = async () => {

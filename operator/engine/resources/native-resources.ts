@@ -6,6 +6,7 @@ import type { TaskLog } from "../../../lib/logs/task-log.ts"
 import type { YamlMap } from "../../../lib/yaml/types.ts"
 import type { OutboundPolicy } from "../outbound.ts"
 import type { RunContext } from "../run-context.ts"
+import { fetchDisabledMessage } from "../script-fetch.ts"
 import type { TaskRequest } from "../task-request.ts"
 import { mockCheck, mockGetTask, mockMetadata, mockPutVersion, mockType } from "../yaml/mock-resource.ts"
 import { checkVersions, coreTypes, fetchedVersion, parseAnswer, protocolTask } from "../yaml/resource-protocol.ts"
@@ -43,6 +44,12 @@ export type NativeResourcesDeps = {
   /** The small image with a shell, base64 and tar that copies files and runs mock fetches (`--mock-image`). */
   readonly mockImage: string
   readonly policy: OutboundPolicy
+  /**
+   * The `fetch` feature: native git reaches the network from the operator, as
+   * fetch() does, so it is blocked with it (interface.md: "outbound requests
+   * from pipelines are blocked").
+   */
+  readonly fetchEnabled: boolean
   readonly signal: AbortSignal
 }
 
@@ -71,6 +78,11 @@ export function nativeResources(deps: NativeResourcesDeps): (request: ResourceRe
     // isomorphic-git is loaded by the first run that uses git; a bad source is refused before any task is recorded.
     const git = kind.kind === "git" ? await import("./git-resource.ts") : undefined
     git?.gitSource(source)
+    if (git !== undefined && !deps.fetchEnabled) {
+      throw new Error(
+        `nativeResources: ${fetchDisabledMessage}; git reaches the network from runnel's operator, as fetch() does`,
+      )
+    }
     return deps.context.runOperation(`${String(type)}-${operation}`, async (log, path) => {
       const where = `nativeResources.${operation} (${path})`
       const resolved = {
