@@ -510,7 +510,7 @@ type VolumePlace = Volume | { volume: Volume; path?: string }
 /** What a native resource operation takes. */
 interface ResourceOptions {
   /**
-   * `mock` (Concourse's mock resource), `git` (done by runnel itself over
+   * `mock` (Concourse's mock resource), `git` (needs the `fetch` feature; done by runnel itself over
    * http(s)), one of Concourse's own types (`s3`, `time`, `semver`, ... run
    * from `concourse/<type>-resource`), or any type with `image`.
    */
