@@ -1,4 +1,7 @@
-import { mkdtempSync, rmSync } from "node:fs"
+import { execFileSync } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { createServer as createHttpsServer } from "node:https"
+import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { gzipSync } from "node:zlib"
@@ -220,6 +223,46 @@ describe("fetch()", () => {
     })
     expect(allowed).toMatch(/^fetch GET http:\/\/metadata\.internal\.test:\d+\/build -> /)
     expect(allowed).not.toContain("cloud metadata address")
+  })
+
+  it("checks the server's certificate over https: a self-signed one is refused", async () => {
+    const key = join(dir, "key.pem")
+    const cert = join(dir, "cert.pem")
+    execFileSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        key,
+        "-out",
+        cert,
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+      ],
+      { stdio: "ignore" },
+    )
+    const tls = createHttpsServer({ key: readFileSync(key), cert: readFileSync(cert) }, (_, response) =>
+      response.end("secure"),
+    )
+    await new Promise<void>((resolve) => tls.listen(0, "127.0.0.1", resolve))
+    const { port } = tls.address() as AddressInfo
+    try {
+      const printed = await console_(`await fetch("https://127.0.0.1:${port}/")`)
+      expect(printed).toContain(
+        `rejected: fetch GET https://127.0.0.1:${port}/: DEPTH_ZERO_SELF_SIGNED_CERT: self-signed certificate`,
+      )
+    } finally {
+      tls.closeAllConnections()
+      await new Promise((resolve) => tls.close(resolve))
+    }
   })
 
   it("with the fetch feature off, rejects with exactly the feature message and sends nothing", async () => {
