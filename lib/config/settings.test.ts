@@ -137,6 +137,40 @@ describe("settings per role", () => {
     })
   })
 
+  it("give the operator and the runner what fetch(), notifications and git may reach", () => {
+    expect(serverSettings({}, drivers, env).network).toEqual({
+      fetch: true,
+      notifications: true,
+      slackApiUrl: "https://slack.com/api",
+      fetchMaxResponseBytes: 10 * 1024 * 1024,
+      allowMetadataAddresses: false,
+    })
+    expect(
+      operatorSettings({ allowedFeatures: "webhooks", slackApiUrl: "http://127.0.0.1:9/api" }, drivers, {
+        ...env,
+        CI_FETCH_MAX_RESPONSE_MB: "2",
+        CI_ALLOW_METADATA_ADDRESSES: "true",
+      }).network,
+    ).toEqual({
+      fetch: false,
+      notifications: false,
+      slackApiUrl: "http://127.0.0.1:9/api",
+      fetchMaxResponseBytes: 2 * 1024 * 1024,
+      allowMetadataAddresses: true,
+    })
+    expect(runnerSettings({ allowMetadataAddresses: true }, drivers, env).network).toMatchObject({
+      fetch: true,
+      notifications: true,
+      allowMetadataAddresses: true,
+    })
+    expect(() => serverSettings({ slackApiUrl: "slack.com" }, drivers, env)).toThrow(
+      '--slack-api-url "slack.com" is not an http or https URL',
+    )
+    expect(() => serverSettings({ fetchMaxResponseMb: "0" }, drivers, env)).toThrow(
+      '--fetch-max-response-mb must be a positive whole number, not "0"',
+    )
+  })
+
   it("give a client its URL without credentials and its Authorization header", () => {
     const home = { HOME: "/nonexistent" }
     expect(clientSettings({ serverUrl: "http://me:pw@host:8080/" }, home)).toMatchObject({
