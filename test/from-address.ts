@@ -11,9 +11,9 @@ export type Answer = { status: number; headers: IncomingHttpHeaders; text: strin
 export function requestFrom(
   localAddress: string,
   url: string,
-  init: { method?: string; headers?: Record<string, string>; form?: Record<string, string> } = {},
+  init: { method?: string; headers?: Record<string, string>; form?: Record<string, string>; body?: string } = {},
 ): Promise<Answer> {
-  const body = init.form === undefined ? undefined : new URLSearchParams(init.form).toString()
+  const body = init.form === undefined ? init.body : new URLSearchParams(init.form).toString()
   const headers = {
     ...(body === undefined ? {} : { "Content-Type": "application/x-www-form-urlencoded" }),
     ...init.headers,
