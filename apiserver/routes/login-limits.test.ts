@@ -60,7 +60,8 @@ beforeAll(async () => {
     failures: new FailureCounter(),
     // Room for 15 logins in all: two addresses can fill it, and a third must not push theirs out.
     pendingLogins: new PendingLogins(() => now, 15),
-    deviceGrants: new DeviceGrants(() => now),
+    // Room for 15 device codes in all: three addresses can fill it.
+    deviceGrants: new DeviceGrants(() => now, 15),
     now: () => now,
   })
   app.use(routes.routes()).use(routes.allowedMethods())
@@ -112,6 +113,25 @@ describe("device codes", () => {
     // Once its codes expire, the address may ask again.
     now += 600_000
     expect((await deviceCode(flooder)).status).toBe(200)
+  })
+
+  it("refuses a new code with 503 temporarily_unavailable when the server is full, never pushing out another address's code", async () => {
+    const [a, b, c] = [newAddress(), newAddress(), newAddress()]
+    const first = json((await deviceCode(a)).text)
+    for (const address of [a, a, a, a, b, b, b, b, b, c, c, c, c, c]) {
+      expect((await deviceCode(address)).status).toBe(200)
+    }
+    const refused = await deviceCode(newAddress())
+    expect(refused.status).toBe(503)
+    expect(json(refused.text)).toEqual({
+      error: "temporarily_unavailable",
+      error_description: "too many logins are pending on this server; try again in a minute",
+    })
+    const polled = await requestFrom("127.0.0.1", `${base}/auth/device/token`, {
+      method: "POST",
+      form: { grant_type: "urn:ietf:params:oauth:grant-type:device_code", device_code: first.device_code as string },
+    })
+    expect(json(polled.text).error).toBe("authorization_pending")
   })
 
   it("ignores X-Forwarded-For: the address is the TCP peer's", async () => {
