@@ -21,6 +21,7 @@ import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
 import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
 import { type ScheduleRoutesDeps, scheduleRoutes } from "./routes/schedules.ts"
 import { type WebhookRoutesDeps, webhookRoutes } from "./routes/webhooks.ts"
+import { uiRoutes } from "./ui/ui-routes.ts"
 
 export type ApiServerDeps = {
   /**
@@ -67,7 +68,7 @@ export type ApiServerDeps = {
   draining?: () => boolean
 }
 
-/** The REST API under /api as a Koa app; `app.callback()` is a node:http handler. */
+/** The REST API under /api and the web UI at / as a Koa app; `app.callback()` is a node:http handler. */
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
@@ -85,6 +86,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     webhookRoutes(deps),
     gateRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
+    uiRoutes(),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app

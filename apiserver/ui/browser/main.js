@@ -1,0 +1,43 @@
+import { ApiError } from "./api.js"
+import { problem, render, tickTimes } from "./dom.js"
+import { listenForKeys } from "./keys.js"
+import { pipelinePage } from "./pipeline-page.js"
+import { pipelinesPage } from "./pipelines-page.js"
+import { runPage } from "./run-page.js"
+import { searchPage } from "./search-page.js"
+
+// The UI's entry: one page per path, each a full page load (the assets are cached by hash, so a page
+// costs its small HTML and its API calls).
+
+const routes = [
+  [/^\/$/, () => pipelinesPage()],
+  [/^\/pipelines\/([^/]+)$/, (name) => pipelinePage(decodeURIComponent(name))],
+  [/^\/runs\/([^/]+)$/, (id) => runPage(decodeURIComponent(id))],
+  [/^\/search$/, () => searchPage()],
+]
+
+async function start() {
+  listenForKeys()
+  tickTimes()
+  const current = document.querySelector(
+    location.pathname === "/" || location.pathname.startsWith("/pipelines/")
+      ? '[data-nav="pipelines"]'
+      : '[data-nav="search"]',
+  )
+  if (location.pathname !== "/runs" && !location.pathname.startsWith("/runs/"))
+    current?.setAttribute("aria-current", "page")
+  for (const [pattern, page] of routes) {
+    const match = pattern.exec(location.pathname)
+    if (match === null) continue
+    try {
+      await page(...match.slice(1))
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) return // on the way to the login page
+      render("Error", problem(error))
+    }
+    return
+  }
+  render("Not found", problem(`runnel has no page at ${location.pathname}`))
+}
+
+start()
