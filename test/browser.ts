@@ -36,7 +36,7 @@ export async function seriousViolations(page: Page): Promise<{ id: string; help:
   await page.addScriptTag({ content: axeSource })
   const violations = (await page.evaluate(async () => {
     // biome-ignore lint/suspicious/noExplicitAny: axe is the global the injected script defines.
-    const result = await (globalThis as any).axe.run(document, {
+    const result = await (globalThis as any).axe.run((globalThis as any).document, {
       runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"] },
     })
     return result.violations

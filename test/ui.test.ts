@@ -188,7 +188,7 @@ describe("the web UI", () => {
     expect(await page.locator("tbody tr:not([hidden])").allTextContents()).toEqual([expect.stringMatching(/^long/)])
     await page.keyboard.press("Escape")
     await page.keyboard.press("j")
-    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("long")
+    expect(await page.evaluate("document.activeElement?.textContent")).toBe("long")
     await page.keyboard.press("?")
     expect(await page.getByRole("dialog", { name: "Keyboard shortcuts" }).isVisible()).toBe(true)
     await page.keyboard.press("Escape")
