@@ -44,15 +44,13 @@ export async function api(method, path, body) {
 
 export const get = (path) => api("GET", path)
 
-/** Every item of a paginated list, 100 a request. */
+/** Every item of a paginated list, 100 a request: the first page says how many more, asked for at once. */
 export async function getAll(path) {
-  const items = []
   const join = path.includes("?") ? "&" : "?"
-  for (let page = 1; ; page++) {
-    const body = await get(`${path}${join}page=${page}&per_page=100`)
-    items.push(...body.items)
-    if (!body.has_next) return items
-  }
+  const page = (n) => get(`${path}${join}page=${n}&per_page=100`)
+  const first = await page(1)
+  const rest = await Promise.all(Array.from({ length: Math.max(0, first.total_pages - 1) }, (_, n) => page(n + 2)))
+  return [first, ...rest].flatMap((body) => body.items)
 }
 
 /** Calls an MCP tool (POST /mcp, stateless JSON-RPC): the search the assistants use is the UI's search. */

@@ -12,11 +12,11 @@ const final = new Set(["success", "failure", "error", "aborted"])
 const refreshMs = 2000
 
 export async function runPage(id) {
-  const [run, { features }] = await Promise.all([get(`/api/runs/${enc(id)}`), get("/api/features")])
   const query = new URLSearchParams(location.search)
-  const state = { run, tasks: [], gates: [] }
+  const state = { run: undefined, tasks: [], gates: [] }
+  let features = []
 
-  const head = h("div", { class: "page-head" })
+  const head = h("div", { class: "page-head" }, h("h1", {}, `Run ${id}`))
   const facts = h("dl", { class: "facts" })
   const taskList = h("section", { "aria-labelledby": "tasks-title" })
   const gateList = h("section", { "aria-labelledby": "gates-title", hidden: true })
@@ -101,16 +101,6 @@ export async function runPage(id) {
       view.element,
     ),
   )
-  await refresh()
-  const ticker = setInterval(() => {
-    const element = document.getElementById("run-duration")
-    if (element !== null) element.textContent = duration(state.run.started_at, state.run.finished_at)
-  }, 1000)
-  const poll = setInterval(() => {
-    if (final.has(state.run.status)) clearInterval(poll)
-    else refresh().catch(() => {})
-  }, refreshMs)
-
   // Where to land: a line (#L123), or the first line with the words a search found (?find=), in ?task=.
   const wantedTask = query.get("task") ?? ""
   if (wantedTask !== "") showTask(wantedTask)
@@ -143,7 +133,6 @@ export async function runPage(id) {
       source.close()
       model.flush(Date.now())
       streamState.textContent = `The run ended with exit code ${event.code}.`
-      clearInterval(ticker)
       refresh().then(land, () => {})
     }
     if (streamState.textContent.startsWith("Connecting")) streamState.textContent = "Following the log live."
@@ -163,6 +152,24 @@ export async function runPage(id) {
     else streamState.textContent = "Reconnecting to the log…"
   }
   view.update()
+
+  // The stream replays while the run's facts are read: the log shows as soon as its first lines arrive.
+  try {
+    ;({ features } = await get("/api/features"))
+    await refresh()
+  } catch (error) {
+    source.close()
+    throw error
+  }
+  const timers = setInterval(() => {
+    const element = document.getElementById("run-duration")
+    if (element !== null) element.textContent = duration(state.run.started_at, state.run.finished_at)
+    if (final.has(state.run.status)) clearInterval(timers)
+  }, 1000)
+  const poll = setInterval(() => {
+    if (final.has(state.run.status)) clearInterval(poll)
+    else refresh().catch(() => {})
+  }, refreshMs)
 }
 
 function addTaskOption(select, path) {
