@@ -87,10 +87,14 @@ async function sample(
   const list = await fresh()
   await list.goto(`${url}/`)
   list.on("pageerror", (error) => console.error(`pipelines page: ${error.message}`))
-  await list.waitForFunction(`document.querySelectorAll("tbody tr").length > ${pipelines}`, undefined, {
-    timeout: 60_000,
-    polling: "raf",
-  })
+  await list
+    .waitForFunction(`document.querySelectorAll("tbody tr").length > ${pipelines}`, undefined, {
+      timeout: 60_000,
+      polling: "raf",
+    })
+    .catch(async (error) => {
+      throw new Error(`the pipelines page did not fill: ${await list.locator("main").textContent()}`, { cause: error })
+    })
   const listFilled = await pageNow(list)
   const listFcp = await fcp(list)
   await list.context().close()
