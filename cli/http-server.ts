@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
-import { isUiPath } from "../apiserver/ui/ui-routes.ts"
+import { isUiPath } from "../apiserver/ui/ui-paths.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 
 // The HTTP front of the serving commands (`runnel server`, `runnel apiserver`): listening, closing, the

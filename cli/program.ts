@@ -246,29 +246,22 @@ client(
     })
   })
 
-client(
-  "tasks",
-  "list a run's tasks in start order: path, status, exit code, times",
-  [asJson("the task objects")],
-  runGroup,
-)
-  .argument("<run>", "the run's id")
-  .action(async (run: string, options: Options) => {
-    const api = clientOf(options)
-    await (await runCommands()).listTasks(api, run, options.json === true)
-  })
-
-client(
-  "stop",
-  "stop a queued or running run: its tasks are killed, its status becomes aborted",
-  [asJson("the run object")],
-  runGroup,
-)
-  .argument("<run>", "the run's id")
-  .action(async (run: string, options: Options) => {
-    const api = clientOf(options)
-    await (await runCommands()).stopRun(api, run, options.json === true)
-  })
+for (const [name, description, what, command] of [
+  ["tasks", "list a run's tasks in start order: path, status, exit code, times", "the task objects", "listTasks"],
+  [
+    "stop",
+    "stop a queued or running run: its tasks are killed, its status becomes aborted",
+    "the run object",
+    "stopRun",
+  ],
+] as const) {
+  client(name, description, [asJson(what)], runGroup)
+    .argument("<run>", "the run's id")
+    .action(async (run: string, options: Options) => {
+      const api = clientOf(options)
+      await (await runCommands())[command](api, run, options.json === true)
+    })
+}
 
 const schedule = pipeline.command("schedule").description("list, pause and unpause a pipeline's schedules")
 client(

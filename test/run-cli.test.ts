@@ -1,8 +1,7 @@
-import { spawn } from "node:child_process"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { runnel, runnelBin } from "./cli.ts"
+import { runnel, startRunnel } from "./cli.ts"
 import { call, eventually, runToEnd, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // `runnel run ls|logs|tasks|stop` against bin/runnel server in its own process (native driver, temp database).
@@ -98,27 +97,17 @@ describe("runnel run", () => {
 
   it("logs -f replays a running run, follows it live, and exits with the run's exit code", async () => {
     const { runId, release } = await startWaiting()
-    const child = spawn(runnelBin, ["run", "logs", runId, "-f", "-s", server.url], {
-      stdio: ["ignore", "pipe", "pipe"],
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (text: string) => {
-      stdout += text
-    })
-    child.stderr.setEncoding("utf8").on("data", (text: string) => {
-      stderr += text
-    })
-    const exited = new Promise<number | null>((resolve) => child.on("close", resolve))
+    const follow = startRunnel(["run", "logs", runId, "-f", "-s", server.url])
     // The replayed part arrives while the task still waits; only then does it go on.
     await eventually(
-      async () => stdout,
+      async () => follow.stdout(),
       (text) => text.includes("step | first"),
       "the replayed output is printed",
     )
-    expect(stdout).not.toContain("second")
+    expect(follow.stdout()).not.toContain("second")
     release()
-    expect(await exited).toBe(1)
+    const { code, stdout, stderr } = await follow.done
+    expect(code).toBe(1)
     expect(stdout).toContain("script says hi\n")
     expect(stdout).toMatch(/step \| first\n(.|\n)*step \| second\n/)
     expect(stderr).toContain("step | oops\n")

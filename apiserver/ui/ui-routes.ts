@@ -4,10 +4,6 @@ import { fileURLToPath } from "node:url"
 import Router from "@koa/router"
 import type { Context } from "koa"
 
-/** The paths the UI answers: its pages and its assets (the HTTP front sends them to the API's app). */
-export const isUiPath = (path: string) =>
-  path === "/" || path === "/search" || /^\/(pipelines|runs|assets)\/[^/]+$/.test(path)
-
 /**
  * The web UI (docs/ui.md): one HTML page for every UI path, which loads one
  * script and one style sheet named by their content hash. The browser code
