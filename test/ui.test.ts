@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import type { Browser, BrowserContext, Page } from "playwright-core"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -31,7 +31,10 @@ describe("the web UI", () => {
   let longRun: string
 
   beforeAll(async () => {
-    ;[server, browser] = await Promise.all([servers.start(), launchChromium()])
+    ;[server, browser] = await Promise.all([
+      servers.start(["--allowed-features", "*,schedules,gates"]),
+      launchChromium(),
+    ])
     work = mkdtempSync(join(servers.dir, "work-"))
   }, 60_000)
   afterAll(async () => {
@@ -103,7 +106,7 @@ describe("the web UI", () => {
     const log = page.locator(".log")
     await expect.poll(() => log.textContent(), { timeout: 20_000 }).toContain("first")
     expect(await log.textContent()).not.toContain("second")
-    expect(await page.locator("dl.facts").textContent()).toContain(gate)
+    await expect.poll(() => page.locator("dl.facts").textContent()).toContain(gate)
     await expect.poll(() => page.locator("#run-status").textContent()).toContain("running")
     writeFileSync(gate, "")
     await expect.poll(() => log.textContent(), { timeout: 20_000 }).toContain("second")
@@ -132,6 +135,15 @@ describe("the web UI", () => {
     await page.getByRole("link", { name: "line 3", exact: true }).click()
     expect(new URL(page.url()).hash).toBe("#L3")
     expect(await page.locator(".ln.selected .txt").textContent()).toBe("row 3")
+    await page.getByRole("button", { name: "Timestamps" }).click()
+    expect(await page.locator(".ln.selected .ts").textContent()).toMatch(/^\d{2}:\d{2}:\d{2}\.\d{3}$/)
+    const [download] = await Promise.all([
+      page.waitForEvent("download"),
+      page.getByRole("link", { name: "Download raw" }).click(),
+    ])
+    const raw = readFileSync(await download.path(), "utf8").split("\n")
+    expect(raw.length).toBe(20_001)
+    expect(raw[14_999]).toBe("row 15000 the quokka jumped")
     await open(`/runs/${longRun}#L12345`)
     await expect.poll(() => page.locator(".ln.selected .txt").textContent(), { timeout: 20_000 }).toBe("row 12345")
     expect(await page.locator(".ln.selected").isVisible()).toBe(true)
@@ -208,6 +220,97 @@ describe("the web UI", () => {
     await page.goto(`${server.url}/?x=1`)
     await page.waitForURL(/\/auth\/login\?next=/)
     expect(new URL(page.url()).searchParams.get("next")).toBe("/?x=1")
+  })
+
+  it("pauses a pipeline, keeps its secrets write-only with the server's refusals inline, saves its RBAC expression and switches its schedule", async () => {
+    const nightly = `jobs:
+- name: nightly
+  triggers:
+    schedule: {cron: "0 3 * * *"}  # every night
+  plan:
+  - task: t
+    config: {platform: linux, image_resource: {type: registry-image, source: {repository: busybox}}, run: {path: "true"}}
+`
+    expect((await call(server.url, "PUT", "/api/pipelines/nightly", { content: nightly })).status).toBe(201)
+    await eventually(
+      () => call(server.url, "GET", "/api/pipelines/nightly/schedules"),
+      (answer) => answer.body.length === 1,
+      "the operator derives the schedule",
+    )
+    await open("/pipelines/nightly")
+    await page.getByRole("heading", { name: "Source" }).waitFor()
+    expect(await page.locator("pre.source .line").count()).toBe(7)
+    expect(await page.locator("pre.source .t-comment").textContent()).toBe("# every night")
+    expect(await page.locator(".empty").textContent()).toContain("runnel pipeline trigger nightly")
+
+    const toggle = page.getByRole("switch", { name: /^schedule .+ enabled$/ })
+    expect(await toggle.isChecked()).toBe(true)
+    await toggle.uncheck()
+    await expect
+      .poll(async () => (await call(server.url, "GET", "/api/pipelines/nightly/schedules")).body[0].enabled)
+      .toBe(false)
+
+    await page.getByRole("button", { name: "Pause" }).click()
+    await expect.poll(() => page.locator(".page-head .badge").textContent()).toBe("paused")
+    expect((await call(server.url, "GET", "/api/pipelines/nightly")).body.paused).toBe(true)
+    await page.getByRole("button", { name: "Unpause" }).click()
+    await expect.poll(() => page.getByRole("button", { name: "Pause" }).count()).toBe(1)
+
+    await page.getByLabel("Key").fill("BAD KEY")
+    await page.getByLabel("Value").fill("x")
+    await page.getByRole("button", { name: "Add secret" }).click()
+    const refused = await call(server.url, "PUT", "/api/pipelines/nightly", {
+      content: nightly,
+      secrets: { "BAD KEY": "x" },
+    })
+    expect(refused.status).toBe(400)
+    await expect.poll(() => page.getByRole("alert").textContent()).toBe(refused.body.error)
+    await page.getByLabel("Key").fill("API_TOKEN")
+    await page.getByLabel("Value").fill("s3cr3t-value")
+    await page.getByRole("button", { name: "Add secret" }).click()
+    await expect.poll(() => page.locator("ul.keys").textContent()).toContain("API_TOKEN")
+    expect(await page.content()).not.toContain("s3cr3t-value")
+    await page.getByRole("button", { name: "Delete secret API_TOKEN" }).click()
+    await expect.poll(() => page.getByText("No secrets.").count()).toBe(1)
+    expect((await call(server.url, "GET", "/api/pipelines/nightly/secrets")).body).toEqual({ keys: [] })
+
+    await page.getByLabel(/Who may see and run this pipeline/).fill('Email.endsWith("@example.com")')
+    await page.getByRole("button", { name: "Save expression" }).click()
+    await expect.poll(() => page.getByRole("status").filter({ hasText: "Saved" }).count()).toBe(1)
+    expect((await call(server.url, "GET", "/api/pipelines/nightly")).body.rbac_expression).toBe(
+      'Email.endsWith("@example.com")',
+    )
+    await screenshot(page, "ui-pipeline")
+  })
+
+  it("simulates a webhook from a provider template, offered only for a pipeline with a webhook secret", async () => {
+    await call(server.url, "PUT", "/api/pipelines/hooked", {
+      content: `export const pipeline = async () => {
+  const request = http.request()
+  console.log("provider " + request?.provider + " event " + request?.eventType)
+}
+`,
+      webhook_secret: "hook-secret",
+    })
+    await open("/")
+    const waitingRow = page.locator("tr", { has: page.locator('a:text-is("waiting")') })
+    await waitingRow.getByText("Trigger").click()
+    expect(await waitingRow.getByRole("button", { name: "Simulate a webhook…" }).count()).toBe(0)
+    const row = page.locator("tr", { has: page.locator('a:text-is("hooked")') })
+    await row.getByText("Trigger").click()
+    await row.getByRole("button", { name: "Simulate a webhook…" }).click()
+    expect(await page.getByLabel("Provider template").inputValue()).toBe("GitHub push")
+    await page.getByRole("button", { name: "Send" }).click()
+    await page.waitForURL(/\/runs\/run-/)
+    await expect
+      .poll(() => page.locator(".log").textContent(), { timeout: 20_000 })
+      .toContain("provider github event push")
+    await expect.poll(() => page.locator("dl.facts").textContent()).toContain("webhook")
+  })
+
+  it("says so when a run does not exist", async () => {
+    await open("/runs/run-nope")
+    await expect.poll(() => page.getByRole("alert").textContent()).toBe('run "run-nope" not found')
   })
 
   it("has no serious or critical accessibility violations on the four pages, light and dark", async () => {

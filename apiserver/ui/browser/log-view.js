@@ -78,6 +78,7 @@ export class LogModel {
 }
 
 const clock = new Intl.DateTimeFormat(undefined, {
+  hourCycle: "h23",
   hour: "2-digit",
   minute: "2-digit",
   second: "2-digit",

@@ -230,7 +230,8 @@ const rewrite = (pipeline, change) => ({
 
 async function secrets(pipeline) {
   const { keys: list } = await get(`/api/pipelines/${enc(pipeline.name)}/secrets`)
-  const key = h("input", { id: "secret-key", autocomplete: "off", required: true, pattern: "[A-Za-z_][A-Za-z0-9_]*" })
+  // No pattern here: the server says which names it takes, and its message shows under the form.
+  const key = h("input", { id: "secret-key", autocomplete: "off", required: true })
   const value = h("input", { id: "secret-value", type: "password", autocomplete: "new-password", required: true })
   const form = h(
     "form",
