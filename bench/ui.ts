@@ -101,11 +101,11 @@ async function sample(
 
   const run = await fresh()
   await run.goto(`${url}/runs/${runId}`)
-  await run.waitForFunction('document.querySelector(".log .ln") !== null', undefined, {
+  await run.waitForFunction('performance.getEntriesByName("runnel:log-visible").length > 0', undefined, {
     timeout: 60_000,
-    polling: "raf",
   })
-  const logVisible = await pageNow(run)
+  // Marked by the log view in the animation frame that draws its first lines.
+  const logVisible = Number(await run.evaluate('performance.getEntriesByName("runnel:log-visible")[0].startTime'))
   const runFcp = await fcp(run)
   await run.waitForFunction('document.body.textContent.includes("The run ended with exit code")', undefined, {
     timeout: 300_000,

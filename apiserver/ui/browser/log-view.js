@@ -288,5 +288,9 @@ export class LogView {
       )
     }
     this.lines.replaceChildren(...rows)
+    // The moment the first lines are on screen (drawn in this frame), for `npm run bench` and curious users.
+    if (rows.length > 0 && performance.getEntriesByName("runnel:log-visible").length === 0) {
+      performance.mark("runnel:log-visible")
+    }
   }
 }
