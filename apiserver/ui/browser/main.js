@@ -19,13 +19,10 @@ const routes = [
 async function start() {
   listenForKeys()
   tickTimes()
-  const current = document.querySelector(
-    location.pathname === "/" || location.pathname.startsWith("/pipelines/")
-      ? '[data-nav="pipelines"]'
-      : '[data-nav="search"]',
-  )
-  if (location.pathname !== "/runs" && !location.pathname.startsWith("/runs/"))
-    current?.setAttribute("aria-current", "page")
+  const { pathname } = location
+  const section =
+    pathname === "/" || pathname.startsWith("/pipelines/") ? "pipelines" : pathname === "/search" ? "search" : ""
+  document.querySelector(`[data-nav="${section}"]`)?.setAttribute("aria-current", "page")
   for (const [pattern, page] of routes) {
     const match = pattern.exec(location.pathname)
     if (match === null) continue
