@@ -308,6 +308,26 @@ describe("the web UI", () => {
     await expect.poll(() => page.locator("dl.facts").textContent()).toContain("webhook")
   })
 
+  it("shows a run's pending gate and approves it, and the run goes on", async () => {
+    await call(server.url, "PUT", "/api/pipelines/gated", {
+      content: `export const pipeline = async () => {
+  await pipeline.gate({ name: "deploy", message: "ship it?" })
+  console.log("approved, deploying")
+}
+`,
+    })
+    const runId = (await call(server.url, "POST", "/api/pipelines/gated/trigger")).body.run_id
+    await open(`/runs/${runId}`)
+    const gates = page.locator("ul.gates")
+    await expect.poll(() => gates.textContent(), { timeout: 20_000 }).toContain("deploy")
+    expect(await gates.textContent()).toContain("ship it?")
+    expect(await gates.locator(".badge").textContent()).toBe("pending")
+    await page.getByRole("button", { name: "Approve" }).click()
+    await expect.poll(() => page.locator(".log").textContent(), { timeout: 20_000 }).toContain("approved, deploying")
+    await expect.poll(() => page.locator("#run-status").textContent(), { timeout: 20_000 }).toContain("success")
+    await expect.poll(() => gates.locator(".badge").textContent()).toBe("approved")
+  })
+
   it("says so when a run does not exist", async () => {
     await open("/runs/run-nope")
     await expect.poll(() => page.getByRole("alert").textContent()).toBe('run "run-nope" not found')
