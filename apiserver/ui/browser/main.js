@@ -1,5 +1,5 @@
-import { ApiError } from "./api.js"
-import { problem, render, tickTimes } from "./dom.js"
+import { ApiError, get } from "./api.js"
+import { h, problem, render, tickTimes } from "./dom.js"
 import { listenForKeys } from "./keys.js"
 import { pipelinePage } from "./pipeline-page.js"
 import { pipelinesPage } from "./pipelines-page.js"
@@ -23,6 +23,7 @@ async function start() {
   const section =
     pathname === "/" || pathname.startsWith("/pipelines/") ? "pipelines" : pathname === "/search" ? "search" : ""
   document.querySelector(`[data-nav="${section}"]`)?.setAttribute("aria-current", "page")
+  showUser()
   for (const [pattern, page] of routes) {
     const match = pattern.exec(location.pathname)
     if (match === null) continue
@@ -35,6 +36,24 @@ async function start() {
     return
   }
   render("Not found", problem(`runnel has no page at ${location.pathname}`))
+}
+
+/** Who is logged in, and the way out, when the server has a login (GET /api/me says authenticated). */
+async function showUser() {
+  const me = await get("/api/me").catch(() => undefined)
+  if (me?.authenticated !== true) return
+  document
+    .querySelector(".top .hint")
+    ?.before(
+      h(
+        "span",
+        { class: "user" },
+        "Signed in as ",
+        h("strong", { title: me.actor }, me.Name || me.NickName || me.actor),
+        " ",
+        h("a", { href: "/auth/logout" }, "Log out"),
+      ),
+    )
 }
 
 start()
