@@ -281,7 +281,7 @@ describe("the web UI", () => {
       'Email.endsWith("@example.com")',
     )
     await screenshot(page, "ui-pipeline")
-  })
+  }, 120_000) // five page loads and a schedule the operator derives: slow on a busy machine
 
   it("simulates a webhook from a provider template, offered only for a pipeline with a webhook secret", async () => {
     await call(server.url, "PUT", "/api/pipelines/hooked", {
