@@ -25,6 +25,7 @@ import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
 import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
 import { type ScheduleRoutesDeps, scheduleRoutes } from "./routes/schedules.ts"
 import { type WebhookRoutesDeps, webhookRoutes } from "./routes/webhooks.ts"
+import { isUiPath } from "./ui/ui-paths.ts"
 import { uiRoutes } from "./ui/ui-routes.ts"
 
 export type ApiServerDeps = {
@@ -89,6 +90,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   // page brings up the browser's own password prompt, whose answer the browser then sends with each call.
   const ui = uiRoutes()
   if (deps.login !== undefined) app.use(ui.routes())
+  else app.use(passwordPrompt)
   app.use(authentication(deps.authenticate))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
   app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
@@ -109,6 +111,21 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app
+}
+
+/**
+ * A UI page refused for want of credentials (Basic Auth) asks for them with `WWW-Authenticate: Basic`,
+ * which makes the browser show its own password prompt and send the answer with every later request.
+ */
+const passwordPrompt: Middleware = async (ctx, next) => {
+  try {
+    await next()
+  } catch (error) {
+    if (isUiPath(ctx.path) && (error as { status?: unknown }).status === 401) {
+      ctx.set("WWW-Authenticate", 'Basic realm="runnel", charset="UTF-8"')
+    }
+    throw error
+  }
 }
 
 /**

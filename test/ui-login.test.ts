@@ -71,3 +71,24 @@ describe("the web UI with a browser login", () => {
     await context.close()
   })
 })
+
+describe("the web UI with Basic Auth", () => {
+  it("asks for the browser's own password prompt, then shows the pipelines with the credentials given", async () => {
+    const basic = await servers.start(["--basic-auth-username", "ui-user", "--basic-auth-password", "ui-password-1"])
+    const authorization = `Basic ${Buffer.from("ui-user:ui-password-1").toString("base64")}`
+    const stored = await fetch(`${basic.url}/api/pipelines/with-basic`, {
+      method: "PUT",
+      headers: { "Content-Type": "application/json", Authorization: authorization },
+      body: JSON.stringify({ content: noop }),
+    })
+    expect(stored.status).toBe(201)
+    const page = await fetch(`${basic.url}/`)
+    expect(page.status).toBe(401)
+    expect(page.headers.get("www-authenticate")).toMatch(/^Basic /)
+    const context = await browser.newContext({ httpCredentials: { username: "ui-user", password: "ui-password-1" } })
+    const tab = await context.newPage()
+    await tab.goto(`${basic.url}/`)
+    await expect.poll(() => tab.locator("tbody tr td:first-child").allTextContents()).toEqual(["with-basic"])
+    await context.close()
+  })
+})
