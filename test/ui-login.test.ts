@@ -7,8 +7,8 @@ import { type Standin, startOAuthServer, startStandin } from "./oauth-standins.t
 import { call, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // The web UI with authentication on (OAuth, a GitLab stand-in on loopback), in headless Chromium: the
-// page sends a visitor to the login page, and once logged in lists what the API answers that user (per
-// pipeline RBAC in lists is the API's to apply; the page decides nothing).
+// page sends a visitor to the login page, and once logged in shows only what the API answers that user:
+// the pipelines whose RBAC expression the user passes (the API applies it; the page decides nothing).
 const servers = serverProcesses("runnel-ui-login-test-")
 const sessionSecret = "ui-login-session-secret-0123456789abcdef"
 let gitlab: Standin
@@ -51,7 +51,7 @@ afterAll(async () => {
 })
 
 describe("the web UI with a browser login", () => {
-  it("sends a visitor to the login page and back, then lists what the API shows that user, under their name", async () => {
+  it("sends a visitor to the login page and back, then shows only the pipelines the user may see, under their name", async () => {
     expect((await call(server.url, "GET", "/api/pipelines")).status).toBe(401)
     const context = await browser.newContext()
     const page = await context.newPage()
@@ -63,11 +63,16 @@ describe("the web UI with a browser login", () => {
     const visible = (await page.evaluate(
       'fetch("/api/pipelines").then((r) => r.json()).then((page) => page.items.map((p) => p.name))',
     )) as string[]
-    expect(visible).toContain("for-docs")
+    expect(visible).toEqual(["for-docs"]) // Alice is in "docs", not in "secret-team"
     const names = page.locator("tbody tr td:first-child")
     await expect.poll(() => names.allTextContents()).toEqual(visible)
     expect(await page.locator(".top .user").textContent()).toBe("Signed in as Alice Liddell Log out")
     await screenshot(page, "ui-logged-in")
+    const hidden = await page.evaluate(
+      'fetch("/api/pipelines/secret-only").then(async (r) => [r.status, (await r.json()).error])',
+    )
+    await page.goto(`${server.url}/pipelines/secret-only`)
+    await expect.poll(() => page.getByRole("alert").textContent()).toBe((hidden as [number, string])[1])
     await context.close()
   })
 })
