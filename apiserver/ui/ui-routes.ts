@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises"
 import { fileURLToPath } from "node:url"
 import Router from "@koa/router"
 import type { Context } from "koa"
+import { withoutUser } from "../route-access.ts"
 
 /**
  * The web UI (docs/ui.md): one HTML page for every UI path, which loads one
@@ -35,9 +36,11 @@ export function uiRoutes(): Router {
     ctx.type = "text/html; charset=utf-8"
     ctx.body = html
   }
-  for (const path of ["/", "/pipelines/:name", "/runs/:id", "/search"]) router.get(path, page)
+  // The page and its assets hold no data; what the page shows comes from API calls, each checked.
+  const noData = withoutUser("page")
+  for (const path of ["/", "/pipelines/:name", "/runs/:id", "/search"]) router.get(path, noData, page)
 
-  router.get("/assets/:file", async (ctx) => {
+  router.get("/assets/:file", noData, async (ctx) => {
     const asset = (await built()).files.get(ctx.params.file ?? "")
     if (asset === undefined) {
       ctx.status = 404
