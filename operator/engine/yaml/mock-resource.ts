@@ -1,6 +1,7 @@
 import { SystemError } from "../../../lib/core/errors.ts"
 import type { YamlMap, YamlValue } from "../../../lib/yaml/types.ts"
 import type { TaskRequest } from "../task-request.ts"
+import type { TaskImage } from "./scope.ts"
 import type { MetadataField, Version } from "./versions.ts"
 
 /**
@@ -14,7 +15,8 @@ import type { MetadataField, Version } from "./versions.ts"
  *   other value as JSON) into the artifact; `mirror_self` (source) or
  *   `mirror_self_via_params` make the artifact an image, which for runnel is
  *   the mock image (Concourse copies the resource's own rootfs; runnel writes
- *   no rootfs/ and no metadata.json). `print_metadata` prints the metadata.
+ *   no rootfs/ and no metadata.json), with MIRRORED_VERSION in its env as the
+ *   mock's metadata.json sets it. `print_metadata` prints the metadata.
  * - put: the version is `params.version` (Concourse's mock writes it even when
  *   empty; so does runnel); the metadata is the source's `metadata`.
  * Departures: `check_delay` and `check_failure` are ignored (there is no
@@ -25,14 +27,24 @@ export const mockType = "mock"
 
 export const defaultInitialVersion = "mock"
 
-/** The version a check of the mock would settle on, given the latest one known. */
-export function mockCheck(source: YamlMap, latest: Version | undefined): Version | undefined {
+/**
+ * The version a check of the mock would settle on, given the latest one known.
+ * `mirrored` is the MIRRORED_VERSION of the image the check runs in (a
+ * resource type's own version, when the type is a mock with mirror_self): the
+ * mock takes it as its initial version when the source gives none.
+ */
+export function mockCheck(source: YamlMap, latest: Version | undefined, mirrored?: string): Version | undefined {
   const force = text(source.force_version)
   if (force !== undefined && force !== "") return { version: force }
   if (latest !== undefined) return latest
   if (source.no_initial_version === true) return undefined
   const initial = text(source.initial_version)
-  return { version: initial === undefined || initial === "" ? defaultInitialVersion : initial }
+  return { version: initial === undefined || initial === "" ? (mirrored ?? defaultInitialVersion) : initial }
+}
+
+/** The image a mock with mirror_self gives: the mock image, with the version it was fetched at in its env. */
+export function mirroredImage(mockImage: string, version: Version): TaskImage {
+  return { ref: mockImage, env: { MIRRORED_VERSION: version.version ?? "" } }
 }
 
 /** The version a put of the mock creates. */

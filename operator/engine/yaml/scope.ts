@@ -22,8 +22,14 @@ export type RunShared = {
   readonly jobVersions: Map<string, Map<string, Version>>
 }
 
+/**
+ * An image a task runs in: its reference, and the env its metadata gives (a
+ * mock's mirrored image carries MIRRORED_VERSION, concourse/mock-resource in).
+ */
+export type TaskImage = { readonly ref: string; readonly env: Readonly<Record<string, string>> }
+
 /** An artifact of a job execution: a run volume, and the image it holds when a get fetched one. */
-export type Artifact = { readonly volume: string; readonly image?: string }
+export type Artifact = { readonly volume: string; readonly image?: TaskImage }
 
 /** One job execution: its task numbering and first error message. */
 export type JobState = {

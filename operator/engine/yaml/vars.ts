@@ -1,5 +1,6 @@
 import { SystemError } from "../../../lib/core/errors.ts"
 import type { SecretResolver } from "../../../lib/secrets/secret-resolver.ts"
+import { variableReference } from "../../../lib/yaml/checker.ts"
 import type { YamlMap, YamlValue } from "../../../lib/yaml/types.ts"
 import type { GrowingRedactor } from "./redaction.ts"
 
@@ -28,8 +29,8 @@ export type VarLookup = {
   readonly given?: YamlMap
 }
 
-const variablePattern = /\(\(([^()]*)\)\)/g
-const wholePattern = /^\(\(([^()]*)\)\)$/
+const variablePattern = new RegExp(String.raw`\(\((${variableReference})\)\)`, "gu")
+const wholePattern = new RegExp(String.raw`^\(\((${variableReference})\)\)$`, "u")
 
 /**
  * Replaces every ((variable)) in the strings of `value` (deeply, keys left
