@@ -67,6 +67,9 @@ shadow() {
     elif [ -d "$e" ]; then mkdir "$t"; mount --rbind "$e" "$t"
     else : > "$t"; mount --bind "$e" "$t"; fi
   done
+  # The host directory holding the new root brings a copy of it (and its mounts) along, and a
+  # directory that is a mount point in any copy cannot be removed below: detach the copy.
+  if mountpoint -q "$new$new"; then umount -l "$new$new"; fi
 }
 shadow /
 while [ "$1" != "--" ]; do

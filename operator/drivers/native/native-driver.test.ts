@@ -186,6 +186,20 @@ describe("native driver", () => {
     await expect(readFile("/data/file.txt", "utf8")).rejects.toMatchObject({ code: "ENOENT" })
   })
 
+  it("binds a volume below a host directory that sorts before the one holding the task roots", async () => {
+    // /srv exists on the host and is bound into the new root before /tmp, whose copy of the new
+    // root then held /srv as a mount point: the namespace could not replace it.
+    const { run } = await openRun()
+    const data = await run.createVolume("srv-in")
+    const output = collect()
+    const task = shell("echo bound > /srv/runnel-in/file && cat /srv/runnel-in/file", {
+      mounts: { "/srv/runnel-in": data },
+    })
+    expect(await run.exec(task, output, never)).toEqual({ code: 0, timedOut: false })
+    expect(output.out()).toBe("bound\n")
+    await expect(readFile("/srv/runnel-in/file", "utf8")).rejects.toMatchObject({ code: "ENOENT" })
+  })
+
   it("refuses a mount outside the working directory where no mount namespace can be made, saying to use docker", async () => {
     const driver = nativeDriverFactory({ workRoot, path, unshare: "/nonexistent/unshare" }).create({})
     const run = await driver.open("no-namespace")

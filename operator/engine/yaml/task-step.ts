@@ -55,7 +55,7 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
       if (!input.optional) missing.push(artifactName)
       continue
     }
-    mounts[posix.join(dir, input.path ?? input.name)] = artifact.volume
+    mounts[artifactPath(dir, input.path ?? input.name)] = artifact.volume
   }
   const inputMounts = new Map(Object.entries(mounts))
   if (missing.length > 0) {
@@ -67,7 +67,7 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
   const outputs = new Map<string, { volume: string }>()
   for (const output of config.outputs) {
     const artifactName = outputMapping[output.name] ?? output.name
-    const path = posix.join(dir, output.path ?? output.name)
+    const path = artifactPath(dir, output.path ?? output.name)
     // An output at an input's path starts with the input's content, as in
     // Concourse (task docs, "outputs"); inputs are mounted, not copied, so it
     // is the input's volume, changed in place.
@@ -127,6 +127,16 @@ async function taskImage(step: TaskStep, config: TaskConfig, scope: Scope, looku
   throw new SystemError(
     `task "${step.name}" has no image; give its config image_resource: {type: registry-image, source: {repository: busybox}}`,
   )
+}
+
+/**
+ * Where an input or output is mounted: relative to the working directory, an
+ * absolute path as it is ("Absolute paths are respected",
+ * concourse-ci.org/tasks.html, inputs and outputs). Caches stay relative, as
+ * Concourse's do.
+ */
+function artifactPath(dir: string, path: string): string {
+  return posix.resolve(dir, path)
 }
 
 /** Params become env: strings as they are, other values as JSON (Concourse does the same). */
