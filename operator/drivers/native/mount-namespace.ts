@@ -57,6 +57,10 @@ chroot=$(command -v chroot)
 new=$1; shift
 mount --make-rprivate /
 mount -t tmpfs runnel-task-root "$new"
+# An entry removed since it was listed (other programs' temporary files) is skipped; any other failure stops.
+bind() {
+  mount "$1" "$2" "$3" 2>/dev/null || [ ! -e "$2" ] || mount "$1" "$2" "$3"
+}
 shadow() {
   mkdir -p "$new$1"
   for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
@@ -64,8 +68,8 @@ shadow() {
     t="$new$e"
     if [ -e "$t" ] || [ -L "$t" ]; then continue; fi
     if [ -L "$e" ]; then ln -s "$(readlink "$e")" "$t"
-    elif [ -d "$e" ]; then mkdir "$t"; mount --rbind "$e" "$t"
-    else : > "$t"; mount --bind "$e" "$t"; fi
+    elif [ -d "$e" ]; then mkdir "$t"; bind --rbind "$e" "$t"
+    else : > "$t"; bind --bind "$e" "$t"; fi
   done
   # The host directory holding the new root brings a copy of it (and its mounts) along, and a
   # directory that is a mount point in any copy cannot be removed below: detach the copy.
