@@ -1,4 +1,4 @@
-import { readFile } from "node:fs/promises"
+import { readdir, readFile } from "node:fs/promises"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { root } from "./cli.ts"
 import { describeDocker, dockerAnswers } from "./docker.ts"
@@ -419,6 +419,16 @@ describe("Concourse semantics on runnel server", () => {
       }
     })
   }
+
+  it("has a case for every pipeline in examples/yaml/concourse and examples/yaml/testflight", async () => {
+    const files = await Promise.all(
+      ["concourse", "testflight"].map(async (dir) =>
+        (await readdir(`${root}/examples/yaml/${dir}`)).map((file) => `${dir}/${file}`),
+      ),
+    )
+    const tested = [...cases.map((entry) => entry.file), "concourse/webhook-skip.yml"]
+    expect(files.flat().sort()).toEqual(tested.sort())
+  })
 
   it("notes the top-level keys it ignores when the pipeline is stored (atc/config.go)", async () => {
     const answer = await store("top-level-keys-notes", "concourse/top-level-keys.yml", "native")
