@@ -210,6 +210,27 @@ const cases: Case[] = [
       [task("put-with-inputs", 5, "print")]: "sink is at a\n",
     },
   },
+  {
+    file: "testflight/resource-params.yml",
+    follows:
+      "concourse/concourse testflight/fixtures/resource-with-params.yml, image-resource-with-params.yml, container_limits.yml",
+    status: "success",
+    tasks: [
+      ...inOrder("without-params", "get/forced", "task/print"),
+      ...inOrder("with-params", "get/forced", "task/print"),
+      ...inOrder("image-via-params", "get/forced", "task/in-image"),
+      ...inOrder("put-get-params", "put/target", "get/target", "task/print"),
+      ...inOrder("limits", "task/limited"),
+      ...inOrder("image-resource-params", "task/with-image-params"),
+    ],
+    stdout: {
+      [task("without-params", 2, "print")]: "forced-v\n",
+      [task("with-params", 2, "print")]: "hello from params",
+      [task("image-via-params", 2, "in-image")]: "MIRRORED_VERSION=forced-v\n",
+      [task("put-get-params", 3, "print")]: "after put: made-by-get-params\n",
+      [task("limits", 1, "limited")]: "limited\n",
+    },
+  },
   // Group 5: task artifacts.
   {
     file: "concourse/task-artifacts.yml",
