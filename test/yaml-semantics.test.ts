@@ -344,6 +344,12 @@ const cases: Case[] = [
       [task("image-of-a-custom-type", 1, "in-custom-image")]: "MIRRORED_VERSION=image-version\n",
       [task("image-from-a-get", 2, "in-fetched-image")]: "MIRRORED_VERSION=child-version\n",
     },
+    // resource-type-defaults.yml expects the type's defaults in the check, get and put of its resources.
+    check: (tasks) => {
+      expect(stderrOf(tasks, "jobs/getter/3/get/defaulted")).toBe("defaulted\n")
+      expect(stderrOf(tasks, "jobs/getter/4/get/overridden")).toBe("defaulted\n")
+      expect(stderrOf(tasks, "jobs/getter/1/get/plain")).toBe("")
+    },
   },
   // Group 9: absolute paths.
   {

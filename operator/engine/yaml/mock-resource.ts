@@ -19,6 +19,7 @@ import type { MetadataField, Version } from "./versions.ts"
  *   mock's metadata.json sets it. `print_metadata` prints the metadata.
  * - put: the version is `params.version` (Concourse's mock writes it even when
  *   empty; so does runnel); the metadata is the source's `metadata`.
+ * - `log` (source): a message printed on stderr by every get and put.
  * Departures: `check_delay` and `check_failure` are ignored (there is no
  * separate check), and no `privileged` field is added to versions. runnel
  * also takes a get's `params.version` as the version to fetch.
@@ -93,6 +94,7 @@ export function mockGetTask(
   env.MOCK_FILE_COUNT = String(index)
   const lines = [
     "set -e",
+    ...logLine(source, env),
     `printf '%s\\n' "$MOCK_VERSION" > version`,
     "i=0",
     'while [ "$i" -lt "$MOCK_FILE_COUNT" ]; do',
@@ -117,23 +119,34 @@ export function mockGetTask(
   }
 }
 
-/** The task of a mock put: it only says what it pushes, as Concourse's mock does (and the metadata with print_metadata). */
+/**
+ * The task of a mock put: it only says what it pushes, as Concourse's mock does (and the metadata
+ * with print_metadata, the source's `log` on stderr).
+ */
 export function mockPutTask(
   image: string,
   dir: string,
   version: Version,
-  metadata: readonly MetadataField[],
+  source: YamlMap,
   params: YamlMap,
 ): Omit<TaskRequest, "name"> {
   const printed =
-    params.print_metadata === true ? metadata.map((field) => `${field.name}: ${field.value}\n`).join("") : ""
-  return {
-    image,
-    command: { path: "sh", args: ["-c", `printf 'pushing version: %s\\n%s' "$MOCK_VERSION" "$MOCK_METADATA"`] },
-    env: { MOCK_VERSION: version.version ?? "", MOCK_METADATA: printed },
-    mounts: {},
-    workDir: dir,
-  }
+    params.print_metadata === true
+      ? mockMetadata(source)
+          .map((field) => `${field.name}: ${field.value}\n`)
+          .join("")
+      : ""
+  const env: Record<string, string> = { MOCK_VERSION: version.version ?? "", MOCK_METADATA: printed }
+  const lines = [...logLine(source, env), `printf 'pushing version: %s\\n%s' "$MOCK_VERSION" "$MOCK_METADATA"`]
+  return { image, command: { path: "sh", args: ["-c", lines.join("\n")] }, env, mounts: {}, workDir: dir }
+}
+
+/** The mock's `log` source field: a message it prints (on stderr) on every action, set in `env`. */
+function logLine(source: YamlMap, env: Record<string, string>): string[] {
+  const log = text(source.log)
+  if (log === undefined || log === "") return []
+  env.MOCK_LOG = log
+  return [`printf '%s\\n' "$MOCK_LOG" >&2`]
 }
 
 function text(value: YamlValue | undefined): string | undefined {

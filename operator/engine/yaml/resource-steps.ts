@@ -208,7 +208,7 @@ export async function runPutStep(step: PutStep, scope: Scope): Promise<Outcome> 
       return stepError(scope, slot, error)
     }
     metadata = mockMetadata(prepared.source)
-    const run = await execTask(scope, slot, mockPutTask(mockImage, dir, version, metadata, params))
+    const run = await execTask(scope, slot, mockPutTask(mockImage, dir, version, prepared.source, params))
     if (run.outcome !== "success") return run.outcome
   } else {
     const mounts: Record<string, string> = {}
