@@ -12,9 +12,11 @@ import {
   pipelineLabel,
 } from "../../lib/kube/resources.ts"
 import { type AuditLog, gateDecisionEntry } from "../audit.ts"
+import { requestUser } from "../auth/authenticate.ts"
+import type { RequestUser } from "../auth/user.ts"
 import { objectBody, onlyFields } from "../body.ts"
 import { isResourceName } from "../find-pipeline.ts"
-import { checkGateAccess, gateAccess, type RequestUser, requestUser } from "../gate-access.ts"
+import { checkGateAccess, gateAccess } from "../gate-access.ts"
 import type { OwnWrites } from "../kubernetes-audit.ts"
 import type { ResourceIndex } from "../resource-index.ts"
 import { queryString } from "../views.ts"

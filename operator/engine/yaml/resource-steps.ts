@@ -13,7 +13,14 @@ import {
   mockType,
 } from "./mock-resource.ts"
 import { registryImage } from "./registry-image.ts"
-import { checkVersions, fetchedVersion, parseAnswer, protocolTask, withDefaults } from "./resource-protocol.ts"
+import {
+  checkVersions,
+  coreTypes,
+  fetchedVersion,
+  parseAnswer,
+  protocolTask,
+  withDefaults,
+} from "./resource-protocol.ts"
 import {
   type Artifact,
   artifactVolume,
@@ -29,25 +36,6 @@ import { execTask, stepError } from "./task-exec.ts"
 import { interpolate } from "./vars.ts"
 import { type MetadataField, sameVersion, type Version } from "./versions.ts"
 
-/**
- * Concourse's own resource types, which its workers carry and runnel pulls as
- * `concourse/<type>-resource` when the pipeline does not declare them.
- */
-const coreTypes = new Set([
-  "git",
-  "registry-image",
-  "docker-image",
-  "time",
-  "s3",
-  "semver",
-  "github-release",
-  "pool",
-  "hg",
-  "cf",
-  "bosh-io-release",
-  "bosh-io-stemcell",
-  "tracker",
-])
 const imageTypes = new Set(["registry-image", "docker-image"])
 
 type Impl =
