@@ -1,7 +1,7 @@
 import { SystemError } from "../../../lib/core/errors.ts"
 import type { YamlMap, YamlValue } from "../../../lib/yaml/types.ts"
 import type { TaskRequest } from "../task-request.ts"
-import type { TaskImage } from "./scope.ts"
+import type { TaskImage } from "./registry-image.ts"
 import type { MetadataField, Version } from "./versions.ts"
 
 /**

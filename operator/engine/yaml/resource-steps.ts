@@ -12,7 +12,7 @@ import {
   mockPutVersion,
   mockType,
 } from "./mock-resource.ts"
-import { registryImage } from "./registry-image.ts"
+import { registryImage, type TaskImage } from "./registry-image.ts"
 import {
   checkVersions,
   coreTypes,
@@ -29,7 +29,6 @@ import {
   noteError,
   type Outcome,
   type Scope,
-  type TaskImage,
   type TaskSlot,
 } from "./scope.ts"
 import { execTask, stepError } from "./task-exec.ts"

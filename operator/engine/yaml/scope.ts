@@ -2,6 +2,7 @@ import type { TaskStatus } from "../../../lib/core/status.ts"
 import type { Job, YamlPipeline, YamlValue } from "../../../lib/yaml/types.ts"
 import type { RunContext } from "../run-context.ts"
 import type { GrowingRedactor } from "./redaction.ts"
+import type { TaskImage } from "./registry-image.ts"
 import { substituteLocals, type VarLookup } from "./vars.ts"
 import type { Version, YamlDeps, YamlRun } from "./yaml-run.ts"
 
@@ -21,12 +22,6 @@ export type RunShared = {
   /** Versions each job fetched or put in this run, by job then resource: what `passed:` picks. */
   readonly jobVersions: Map<string, Map<string, Version>>
 }
-
-/**
- * An image a task runs in: its reference, and the env its metadata gives (a
- * mock's mirrored image carries MIRRORED_VERSION, concourse/mock-resource in).
- */
-export type TaskImage = { readonly ref: string; readonly env: Readonly<Record<string, string>> }
 
 /** An artifact of a job execution: a run volume, and the image it holds when a get fetched one. */
 export type Artifact = { readonly volume: string; readonly image?: TaskImage }

@@ -5,8 +5,9 @@ import { loadTaskConfigFile, validateTaskConfig } from "../../../lib/yaml/parse.
 import type { TaskConfig, TaskStep, YamlValue } from "../../../lib/yaml/types.ts"
 import { cacheVolumePrefix } from "../run-context.ts"
 import { readArtifactFile } from "./artifact-files.ts"
+import type { TaskImage } from "./registry-image.ts"
 import { imageResourceImage } from "./resource-steps.ts"
-import { artifactVolume, lookupOf, nextTask, type Outcome, type Scope, type TaskImage, type TaskSlot } from "./scope.ts"
+import { artifactVolume, lookupOf, nextTask, type Outcome, type Scope, type TaskSlot } from "./scope.ts"
 import { buildDir, execTask, stepError } from "./task-exec.ts"
 import { interpolate, type VarLookup } from "./vars.ts"
 
