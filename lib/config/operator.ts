@@ -280,8 +280,9 @@ export function operatorPart(
   role: KubeRole,
   driverNames: readonly string[],
   host: HostEnvironment,
+  authenticated = false,
 ): OperatorSettings {
-  const roleSettings = rolePart(flags, role, driverNames, host)
+  const roleSettings = rolePart(flags, role, driverNames, host, authenticated)
   return {
     ...roleSettings,
     network: networkPart(flags, roleSettings.features),
@@ -301,26 +302,34 @@ export function operatorPart(
   }
 }
 
-/** The flags both roles share, checked: the driver names, the namespace, the stores, the features, the API. */
+/**
+ * The flags both roles share, checked: the driver names, the namespace, the stores, the features, the API.
+ * With authentication on (`authenticated`), `--allowed-drivers *` leaves out `native`: it runs a
+ * task as the server's own user on its host, a way around every access rule (contract.md section 3).
+ */
 export function rolePart(
   flags: FlagValues,
   role: KubeRole,
   driverNames: readonly string[],
   host: HostEnvironment,
+  authenticated = false,
 ): RoleSettings {
   const driver = String(flags.driver)
   checkDriverName(driver, driverNames) // an unknown --driver fails at start, with the known ones
-  const allowed = String(flags["allowed-drivers"])
-    .split(",")
-    .map((name) => name.trim())
-    .filter((name) => name !== "")
-  const allowedDrivers: readonly string[] | "*" = allowed.includes("*") ? "*" : allowed
+  const allowed = allowedDriverNames(flags)
+  const allowedDrivers: readonly string[] | "*" = !allowed.includes("*")
+    ? allowed
+    : authenticated
+      ? [...new Set([...driverNames.filter((name) => name !== "native"), ...allowed.filter((name) => name !== "*")])]
+      : "*"
   if (allowedDrivers !== "*") {
     for (const name of allowedDrivers) checkDriverName(name, driverNames)
     if (!allowedDrivers.includes(driver)) {
-      throw badRequest(
-        `--driver ${driver} is not among --allowed-drivers ${allowedDrivers.join(",")}; allow it, or choose one of those`,
-      )
+      const why =
+        driver === "native" && allowed.includes("*")
+          ? "; with authentication on, * leaves out native (it runs tasks as this server's user): name it, --allowed-drivers *,native, to allow it"
+          : "; allow it, or choose one of those"
+      throw badRequest(`--driver ${driver} is not among --allowed-drivers ${allowedDrivers.join(",")}${why}`)
     }
   }
   const namespace = String(flags.namespace)
@@ -346,6 +355,13 @@ export function rolePart(
   const kube = kubeSource(role, flags.kubeconfig === undefined ? undefined : String(flags.kubeconfig), host)
   return { kube, ...settings }
 }
+
+/** `--allowed-drivers` as given: names, or `*`. */
+export const allowedDriverNames = (flags: FlagValues): string[] =>
+  String(flags["allowed-drivers"])
+    .split(",")
+    .map((name) => name.trim())
+    .filter((name) => name !== "")
 
 function schedulesMode(text: string): "timer" | "cronjob" {
   if (text === "timer" || text === "cronjob") return text
