@@ -3,7 +3,17 @@ import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { root, runnel, runnelBin } from "./cli.ts"
-import { type Answer, call, eventually, kubectl, type ServerProcess, serverProcesses } from "./server-process.ts"
+import { mcpClient } from "./mcp-client.ts"
+import {
+  type Answer,
+  bareToolCall,
+  call,
+  eventually,
+  type Json,
+  kubectl,
+  type ServerProcess,
+  serverProcesses,
+} from "./server-process.ts"
 
 // Approval gates (issue 15) through a real `runnel server` in its own process, the native driver,
 // over HTTP as a person would use them: a script waits, a person approves, rejects, or lets it expire.
@@ -321,9 +331,102 @@ describe("gate steps of a YAML pipeline", () => {
   }, 60_000)
 })
 
+describe("gates through MCP", () => {
+  /** A gate's id in an MCP tool error, as JSON-escaped in its text. */
+  const quoted = (text: string) => JSON.stringify(text).slice(1, -1)
+
+  it("approve_gate and reject_gate decide as REST does, audited with the user as actor, refused as REST refuses", async () => {
+    const server = await servers.start([...gatesOn, "--mcp-allow-actions"])
+    const api = apiOf(server)
+    const { client, call } = await mcpClient(server.url)
+    try {
+      const approvedRun = await trigger(api, "mcp-approve", gated(`{ name: "deploy" }`))
+      const [gate] = await gatesOf(api, approvedRun)
+      const approved = await call("approve_gate", { gate_id: gate.id, comment: "ship it" })
+      expect(approved.isError, approved.text).toBe(false)
+      expect(approved.json).toMatchObject({
+        id: gate.id,
+        run_id: approvedRun,
+        name: "deploy",
+        status: "approved",
+        resolved_by: "anonymous",
+        comment: "ship it",
+      })
+      expect((await finished(api, approvedRun)).status).toBe("success")
+      expect((await tasksOf(api, approvedRun)).find((t) => t.path === "pipeline/console")?.stdout).toContain(
+        "continuing after anonymous ship it",
+      )
+      const again = await call("reject_gate", { gate_id: gate.id })
+      expect(again.isError).toBe(true)
+      expect(again.text).toContain(quoted(`gate "${gate.id}" is already approved by anonymous`))
+
+      const rejectedRun = await trigger(api, "mcp-reject", gated(`{ name: "deploy" }`))
+      const [rejectedGate] = await gatesOf(api, rejectedRun)
+      expect((await call("reject_gate", { gate_id: rejectedGate.id, comment: "not today" })).json).toMatchObject({
+        status: "rejected",
+        resolved_by: "anonymous",
+        comment: "not today",
+      })
+      expect((await finished(api, rejectedRun)).status).toBe("failure")
+
+      // The approvers rule refuses through MCP as through REST; the gate stays pending.
+      const guardedRun = await trigger(
+        api,
+        "mcp-guarded",
+        gated(`{ name: "deploy", approvers: '"release" in Groups' }`),
+      )
+      const [guarded] = await gatesOf(api, guardedRun)
+      const refused = await call("approve_gate", { gate_id: guarded.id })
+      expect(refused.isError).toBe(true)
+      expect(refused.text).toContain(quoted('gate "deploy" may be decided only by users matching "release" in Groups'))
+      expect((await api("GET", `/api/gates/${guarded.id}`)).body.status).toBe("pending")
+      expect((await api("POST", `/api/runs/${guardedRun}/stop`)).status).toBe(200)
+      const missing = await call("approve_gate", { gate_id: "no-such-gate" })
+      expect(missing.isError).toBe(true)
+      expect(missing.text).toContain(quoted('gate "no-such-gate" not found'))
+
+      // Each decision audited once, by the tool (the watch leaves the server's own decisions alone).
+      const audit = server
+        .stdout()
+        .split("\n")
+        .filter((line) => line.includes('"kind":"audit"') && line.includes('"gate.'))
+        .map((line) => JSON.parse(line))
+      expect(audit).toEqual([
+        expect.objectContaining({
+          msg: "gate.approved",
+          actor: "anonymous",
+          via: "mcp",
+          gate: gate.id,
+          comment: "ship it",
+        }),
+        expect.objectContaining({ msg: "gate.rejected", actor: "anonymous", via: "mcp", gate: rejectedGate.id }),
+      ])
+    } finally {
+      await client.close()
+      server.child.kill("SIGTERM")
+    }
+  }, 90_000)
+
+  it("offers no approve_gate or reject_gate without --mcp-allow-actions", async () => {
+    const server = await servers.start(gatesOn)
+    const { client } = await mcpClient(server.url)
+    try {
+      const names = (await client.listTools()).tools.map((tool) => tool.name)
+      expect(names).toContain("get_run")
+      expect(names).not.toContain("approve_gate")
+      expect(names).not.toContain("reject_gate")
+      const answer = await bareToolCall(server.url, "approve_gate", { gate_id: "any" })
+      expect(((await answer.json()) as Json).error.message).toContain('unknown tool "approve_gate"; the tools are:')
+    } finally {
+      await client.close()
+      server.child.kill("SIGTERM")
+    }
+  }, 60_000)
+})
+
 describe("the gates feature off", () => {
-  it("fails pipeline.gate() and answers 403 on every gate path", async () => {
-    const server = await servers.start()
+  it("fails pipeline.gate() and answers 403 on every gate path, and MCP has no gate tools", async () => {
+    const server = await servers.start(["--mcp-allow-actions"])
     const api = apiOf(server)
     try {
       const runId = await trigger(api, "no-gates", gated(`{ name: "deploy" }`))
@@ -349,6 +452,8 @@ describe("the gates feature off", () => {
         expect(answer.status, `${method} ${path}`).toBe(403)
         expect(answer.body.error).toContain('the "gates" feature is not enabled')
       }
+      const tool = await bareToolCall(server.url, "reject_gate", { gate_id: "x" })
+      expect(((await tool.json()) as Json).error.message).toContain('unknown tool "reject_gate"')
     } finally {
       server.child.kill("SIGTERM")
     }

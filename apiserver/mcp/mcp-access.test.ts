@@ -2,16 +2,17 @@ import { createServer } from "node:http"
 import type { AddressInfo } from "node:net"
 import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
-import { Client } from "@modelcontextprotocol/sdk/client/index.js"
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { createEmbeddedApi } from "../../kubeserver/embedded-api.ts"
 import { loadCrds } from "../../kubeserver/resource-types.ts"
 import { RunnelError } from "../../lib/core/errors.ts"
 import { quietLog } from "../../lib/core/log.ts"
+import { ResourceClient } from "../../lib/kube/resource-client.ts"
+import { pipelineLabel, runLabel, runnelApiVersion } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../../lib/logs/sqlite-log-store.ts"
 import { openSqliteSecretStore } from "../../lib/secrets/sqlite-secret-store.ts"
+import { mcpClient } from "../../test/mcp-client.ts"
 import { bareToolCall } from "../../test/server-process.ts"
 import type { Authorize } from "../access.ts"
 import { startApiServer } from "../app.ts"
@@ -68,7 +69,7 @@ describe("MCP and what a user may see", () => {
       defaultDriver: "native",
       allowedDrivers: ["native"],
       maxQueueSize: 100,
-      features: [],
+      features: ["gates"],
       maxBodyBytes: 1 << 20,
       webhookTimeoutMs: 1000,
       webhookMaxAgeMs: 60_000,
@@ -108,24 +109,26 @@ describe("MCP and what a user may see", () => {
       logs.append(runId, "pipeline/console", "stdout", `${name} says shibboleth\n`)
     }
     await logs.flush()
+    // No operator runs here: each run's gate is created as the operator creates it, one only "release" may decide.
+    const resources = new ResourceClient(kubeConfig, "default")
+    for (const name of ["visible", "hidden"]) {
+      const runId = runs[name] ?? ""
+      await resources.createGate({
+        apiVersion: runnelApiVersion,
+        kind: "Gate",
+        metadata: { name: `${runId}-gate-1`, labels: { [runLabel]: runId, [pipelineLabel]: name } },
+        spec: { runRef: { name: runId }, name: "deploy", approvers: '"release" in Groups' },
+      })
+    }
   }, 30_000)
   afterAll(async () => {
     for (const close of closers.reverse()) await close()
   })
 
   const clientAs = async (user: string) => {
-    const client = new Client({ name: "access-test", version: "1.0.0" })
-    await client.connect(
-      new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
-        requestInit: { headers: { Authorization: `Bearer ${user}` } },
-      }),
-    )
+    const { client, call } = await mcpClient(base, { Authorization: `Bearer ${user}` })
     closers.push(() => client.close())
-    return async (name: string, args: Record<string, unknown> = {}) => {
-      const result = await client.callTool({ name, arguments: args })
-      const text = (result.content as { text: string }[])[0]?.text ?? ""
-      return { isError: result.isError === true, text, json: result.isError === true ? undefined : JSON.parse(text) }
-    }
+    return call
   }
 
   it("refuses a request without credentials with 401 when authentication is on", async () => {
@@ -171,6 +174,23 @@ describe("MCP and what a user may see", () => {
       expect(answer.text, name).not.toContain("shibboleth")
     }
     expect((await call("get_run", { run_id: runs.visible ?? "" })).isError).toBe(false)
+  })
+
+  it("answers approve_gate and reject_gate on a gate of a pipeline the user may not see as not found", async () => {
+    const call = await clientAs("alice")
+    for (const name of ["approve_gate", "reject_gate"]) {
+      const hidden = await call(name, { gate_id: `${runs.hidden}-gate-1` })
+      expect(hidden.isError, name).toBe(true)
+      expect(hidden.text, name).toContain(`gate \\"${runs.hidden}-gate-1\\" not found`)
+      // The gate alice may see is found, and refused by its approvers rule instead.
+      const visible = await call(name, { gate_id: `${runs.visible}-gate-1` })
+      expect(visible.isError, name).toBe(true)
+      expect(visible.text, name).toContain(
+        'gate \\"deploy\\" may be decided only by users matching \\"release\\" in Groups',
+      )
+    }
+    const admin = await clientAs("admin")
+    expect((await admin("approve_gate", { gate_id: `${runs.hidden}-gate-1` })).text).toContain("may be decided only by")
   })
 
   it("shows the same pipeline to a user who may see it", async () => {

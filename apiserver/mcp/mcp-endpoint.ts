@@ -7,6 +7,7 @@ import type { Log } from "../../lib/core/log.ts"
 import type { Authorize } from "../access.ts"
 import { rawBody } from "../body.ts"
 import { failureOf } from "../errors.ts"
+import { requestUser } from "../gate-access.ts"
 import { type McpToolDeps, registerTools } from "./mcp-tools.ts"
 
 export type McpEndpointDeps = McpToolDeps & {
@@ -78,7 +79,12 @@ export function mcpEndpoint(deps: McpEndpointDeps): Middleware {
       return answer(ctx, status, transportError, message, idOf(body))
     }
     const pooled = idle.pop() ?? newServer(deps)
-    pooled.tools.bind(access, (error) => failureOf(error, deps.log, { path: ctx.path, tool: toolName(body) }).message)
+    // A gate's approvers rule sees the user as REST's gate routes do.
+    pooled.tools.bind(
+      access,
+      requestUser(ctx),
+      (error) => failureOf(error, deps.log, { path: ctx.path, tool: toolName(body) }).message,
+    )
     const unknown = unknownTool(body, pooled.tools.names)
     if (unknown !== undefined) {
       idle.push(pooled)
