@@ -19,16 +19,21 @@ export async function searchTasks(url: string, query: string): Promise<number> {
   return performance.now() - started
 }
 
-type SearcherData = { role: "searcher"; url: string; query: string; concurrency: number }
+type SearcherData = { role: "searcher"; url: string; query: string; concurrency: number; intervalMs: number }
 
 /**
- * Searches for `query`, `concurrency` at a time, one after another, on a thread of its own: the
- * event loop that sends the other load and times it waits on none of them. stop() answers how
- * many searches were made.
+ * Searches for `query`, `concurrency` at a time, each searcher starting one search at most every
+ * `intervalMs`, on a thread of its own: the event loop that sends the other load and times it waits
+ * on none of them. A fixed pace, since back-to-back searches would come faster the faster search
+ * gets, measuring how fast it is rather than what it costs the rest. stop() answers how many were made.
  */
-export function searchBeside(url: string, query: string, concurrency: number): { stop(): Promise<number> } {
+export function searchBeside(
+  url: string,
+  query: string,
+  { concurrency, intervalMs }: { concurrency: number; intervalMs: number },
+): { stop(): Promise<number> } {
   const worker = new Worker(new URL(import.meta.url), {
-    workerData: { role: "searcher", url, query, concurrency } satisfies SearcherData,
+    workerData: { role: "searcher", url, query, concurrency, intervalMs } satisfies SearcherData,
   })
   const done = new Promise<number>((resolve, reject) => {
     worker.once("message", resolve)
@@ -43,7 +48,7 @@ export function searchBeside(url: string, query: string, concurrency: number): {
 }
 
 if (!isMainThread && (workerData as SearcherData | undefined)?.role === "searcher") {
-  const { url, query, concurrency } = workerData as SearcherData
+  const { url, query, concurrency, intervalMs } = workerData as SearcherData
   let searching = true
   let count = 0
   parentPort?.once("message", () => {
@@ -52,8 +57,10 @@ if (!isMainThread && (workerData as SearcherData | undefined)?.role === "searche
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
       while (searching) {
+        const next = performance.now() + intervalMs
         await searchTasks(url, query)
         count++
+        await new Promise((resolve) => setTimeout(resolve, Math.max(0, next - performance.now())))
       }
     }),
   )
