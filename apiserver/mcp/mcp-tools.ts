@@ -368,7 +368,7 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
             .string()
             .min(1)
             .describe("The gate's id, as the run's output names it, for example \"run-mfa3k2-1a2b3c4d-gate-1\"."),
-          comment: z.string().max(maxQueryChars).optional().describe("Why, recorded with the decision."),
+          comment: z.string().optional().describe("Why, recorded with the decision."),
         },
         async ({ gate_id, comment }) => {
           const gate = isResourceName(gate_id) ? await deps.resources.getGate(gate_id) : undefined
