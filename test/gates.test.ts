@@ -147,7 +147,12 @@ describe("approval gates of a script", () => {
     // The run shows what it waits on: its console says how to approve, its status names the gate.
     const waiting = await api("GET", `/api/runs/${runId}`)
     expect(waiting.body.status).toBe("running")
-    const console = (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console")
+    // The gate is listed as soon as it is pending; the console line may be stored a moment later.
+    const console = await eventually(
+      async () => (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console"),
+      (task) => task?.stdout.includes("waiting for approval") === true,
+      "the console says the run waits for approval",
+    )
     expect(console?.stdout).toContain(`waiting for approval of gate "deploy" (id ${gate.id}, expires in 10m0s)`)
     expect(console?.stdout).toContain(`POST /api/gates/${gate.id}/approve`)
     expect(console?.stdout).toContain(`runnel gate approve ${gate.id}`)
