@@ -378,7 +378,8 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
           }
           if (user === undefined) throw new Error("no request is bound to this server")
           checkGateAccess(user, gate, pipeline)
-          const decision = { phase, by: access.actor, ...(comment === undefined || comment === "" ? {} : { comment }) }
+          // The user REST's gate routes see decides and is audited, whoever the Authorize of MCP names.
+          const decision = { phase, by: user.actor, ...(comment === undefined || comment === "" ? {} : { comment }) }
           return gateView(await decideGate(deps, gate, decision, "mcp"))
         },
         false,
