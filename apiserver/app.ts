@@ -8,6 +8,8 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { type Authorize, openAccess } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
+import { type Authenticate, authentication } from "./auth/authenticate.ts"
+import { crossSiteGuard } from "./auth/cross-site.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
@@ -15,6 +17,8 @@ import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
+import { type Login, loginRoutes } from "./routes/login.ts"
+import { meRoutes } from "./routes/me.ts"
 import { metaRoutes } from "./routes/meta.ts"
 import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
@@ -63,6 +67,10 @@ export type ApiServerDeps = {
   mcpAllowActions: boolean
   /** Who a request's user is and what they may see; open access (everyone, everything) until authentication exists. */
   authorize?: Authorize
+  /** Who a request comes from (its credentials checked), or a 401. */
+  authenticate: Authenticate
+  /** The browser and device login under /auth, in OAuth mode; without it /auth answers 404. */
+  login?: Login
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
@@ -71,6 +79,11 @@ export type ApiServerDeps = {
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
+  if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
+  // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
+  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes })
+  app.use(login.routes()).use(login.allowedMethods())
+  app.use(authentication(deps.authenticate))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
   app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining
@@ -85,6 +98,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     webhookRoutes(deps),
     gateRoutes(deps),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
+    meRoutes(),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app
@@ -118,7 +132,15 @@ function refuseWhileDraining(draining: () => boolean): Middleware {
  * changes made there by others. `stop()` ends the watch.
  */
 export async function startApiServer(
-  deps: Omit<ApiServerDeps, "resources" | "index" | "own"> & { kubeConfig: KubeConfig; namespace: string },
+  deps: Omit<ApiServerDeps, "resources" | "index" | "own"> & {
+    kubeConfig: KubeConfig
+    namespace: string
+    /**
+     * The annotation in which the Kubernetes API itself records who changed an object (runnel server's
+     * embedded API sets changedByAnnotation); absent for a cluster, where any client could write it.
+     */
+    authorAnnotation?: string
+  },
 ): Promise<{ callback: ReturnType<Koa["callback"]>; stop(): Promise<void> }> {
   const own = new OwnWrites()
   const resources = new ResourceClient(deps.kubeConfig, deps.namespace)
@@ -128,8 +150,10 @@ export async function startApiServer(
     kubeConfig: deps.kubeConfig,
     client: resources,
     log: deps.log,
-    pipelineHandlers: auditForeignChanges(deps.audit, own),
-    ...(deps.features.includes("gates") ? { gateHandlers: auditForeignDecisions(deps.audit, own, pipelineId) } : {}),
+    pipelineHandlers: auditForeignChanges(deps.audit, own, deps.authorAnnotation),
+    ...(deps.features.includes("gates")
+      ? { gateHandlers: auditForeignDecisions(deps.audit, own, pipelineId, deps.authorAnnotation) }
+      : {}),
   })
   pipelines = index.pipelines
   const app = createApiServer({ ...deps, resources, index, own })

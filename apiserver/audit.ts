@@ -31,8 +31,23 @@ export type AuditEntry = {
   readonly via?: string
 }
 
+/**
+ * A login (interface.md "Audit"): `auth.login` (browser), `auth.login_failed`
+ * (with why, never a code, token or password), `auth.device_approved` (a
+ * logged-in person gave `runnel login` a token). `address` is the client's.
+ */
+export type LoginAuditEntry = {
+  readonly event: "auth.login" | "auth.login_failed" | "auth.device_approved"
+  readonly actor: string
+  /** The provider's path segment: github, gitlab, microsoftonline. */
+  readonly provider: string
+  readonly address: string
+  readonly via?: "browser" | "device"
+  readonly reason?: string
+}
+
 /** Where audit entries go; `runnel server` writes each as one JSON line on stdout (docs/decisions.md). */
-export type AuditLog = (entry: AuditEntry) => void
+export type AuditLog = (entry: AuditEntry | LoginAuditEntry) => void
 
 /** The actor of a request while the server has no authentication (the auth issue fills in users). */
 export const anonymousActor = "anonymous"

@@ -123,3 +123,25 @@ export function onlyFields(body: Record<string, unknown>, known: readonly string
     )
   }
 }
+
+/**
+ * A form body (`application/x-www-form-urlencoded`), as browsers post forms
+ * and OAuth clients post to token endpoints (RFC 6749); an empty body is an
+ * empty form. Another media type is a 415 that says what to send.
+ */
+export async function formBody(
+  req: AsyncIterable<Buffer>,
+  headers: { contentLength: string; contentType: string },
+  maxBytes: number,
+): Promise<URLSearchParams> {
+  const text = (await rawBody(req, headers.contentLength, maxBytes)).toString("utf8")
+  const mediaType = (headers.contentType.split(";")[0] ?? "").trim().toLowerCase()
+  if (text !== "" && mediaType !== "application/x-www-form-urlencoded") {
+    throw new RunnelError(
+      415,
+      "unsupported_media_type",
+      `the request body is sent as ${JSON.stringify(headers.contentType)}; this endpoint takes a form: send it with Content-Type: application/x-www-form-urlencoded`,
+    )
+  }
+  return new URLSearchParams(text)
+}

@@ -45,10 +45,19 @@ export function errorRenderer(log: Log): Middleware {
         log("api.error", { method: ctx.method, path: ctx.path, error: cause }),
       )
       ctx.status = status
-      ctx.body = { error: message }
+      // OAuth clients (runnel login) read the RFC 6749 code in `error`; people read the description.
+      ctx.body = error instanceof OAuthError ? { error: error.code, error_description: message } : { error: message }
     }
   }
 }
+
+/**
+ * An error of an OAuth endpoint (the device grant's token poll, RFC 8628
+ * section 3.5): answered as RFC 6749 section 5.2 says, `{"error": <code>,
+ * "error_description": <message>}`, so that OAuth clients can tell
+ * `authorization_pending` from `slow_down` and `expired_token`.
+ */
+export class OAuthError extends RunnelError {}
 
 /**
  * The same judgement for MCP, which answers in JSON-RPC rather than HTTP: the

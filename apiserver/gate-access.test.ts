@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest"
 import type { GateObject, PipelineObject } from "../lib/kube/resources.ts"
-import { checkGateAccess, gateAccess, type RequestUser } from "./gate-access.ts"
+import type { RequestUser } from "./auth/user.ts"
+import { checkGateAccess, gateAccess } from "./gate-access.ts"
 
 const user = (fields: Partial<RequestUser>): RequestUser => ({
   Email: "",

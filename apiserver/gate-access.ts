@@ -1,38 +1,7 @@
-import type { Context } from "koa"
-import { compileExpression, type RbacVariables } from "../lib/cel/expression.ts"
+import { compileExpression } from "../lib/cel/expression.ts"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
 import type { GateObject, PipelineObject } from "../lib/kube/resources.ts"
-import { anonymousActor } from "./audit.ts"
-
-/** Who a request comes from: the RBAC variables of interface.md, and the actor the audit log and `resolved_by` name. */
-export type RequestUser = RbacVariables & {
-  /** `<provider>:<user>`, or `anonymous` in open access. */
-  readonly actor: string
-  /** False in open access (no authentication configured): pipeline RBAC does not apply then. */
-  readonly authenticated: boolean
-}
-
-const anonymous: RequestUser = {
-  Email: "",
-  Name: anonymousActor,
-  NickName: "",
-  Provider: "",
-  UserID: "",
-  Organizations: [],
-  Groups: [],
-  actor: anonymousActor,
-  authenticated: false,
-}
-
-/**
- * The user of a request. The server has no authentication yet, so every
- * request is anonymous; the authentication issue replaces this function's
- * body with the user its middleware put on the context, and every gate
- * decision follows.
- */
-export function requestUser(_ctx: Context): RequestUser {
-  return anonymous
-}
+import type { RequestUser } from "./auth/user.ts"
 
 /**
  * Whether `user` may approve or reject `gate` of `pipeline`, the one place

@@ -61,17 +61,23 @@ export class OwnWrites {
 /**
  * Audit entries for the Pipeline changes others make through the Kubernetes
  * API (`kubectl apply`, `edit`, `patch`, `delete`), as the index's watch sees
- * them: the actor is `kubernetes`, or `kubernetes:<field manager>` where the
- * API records one (a cluster's managedFields name the client, not the user).
- * Status changes (the operator's Ready condition) are no change of the pipeline.
+ * them: the actor is the user the API recorded in `authorAnnotation` (runnel
+ * server's embedded API, which authenticated them: `github:octocat`), else
+ * `kubernetes`, or `kubernetes:<field manager>` where the API records one (a
+ * cluster's managedFields name the client, not the user). Status changes (the
+ * operator's Ready condition) are no change of the pipeline.
  */
-export function auditForeignChanges(audit: AuditLog, own: OwnWrites): IndexHandlers<PipelineObject> {
+export function auditForeignChanges(
+  audit: AuditLog,
+  own: OwnWrites,
+  authorAnnotation?: string,
+): IndexHandlers<PipelineObject> {
   const entry = (event: AuditEntry["event"], pipeline: PipelineObject, extra: Partial<AuditEntry> = {}) =>
     audit({
       event,
       pipeline: pipeline.metadata?.name ?? "",
       pipeline_id: pipeline.metadata?.uid ?? "",
-      actor: actorOf(pipeline),
+      actor: actorOf(pipeline, authorAnnotation),
       ...extra,
     })
   return {
@@ -103,6 +109,7 @@ export function auditForeignDecisions(
   audit: AuditLog,
   own: OwnWrites,
   pipelineId: (name: string) => string,
+  authorAnnotation?: string,
 ): IndexHandlers<GateObject> {
   return {
     changed(before, after) {
@@ -111,13 +118,18 @@ export function auditForeignDecisions(
       const name = after.metadata?.name ?? ""
       if (own.claimDecision(name)) return
       const pipeline = after.metadata?.labels?.[pipelineLabel] ?? ""
-      audit(gateDecisionEntry(after, decision, actorOf(after), pipelineId(pipeline)))
+      audit(gateDecisionEntry(after, decision, actorOf(after, authorAnnotation), pipelineId(pipeline)))
     },
   }
 }
 
-/** The field manager of the newest write to the object itself (not its status), as a cluster records it. */
-function actorOf(object: KubernetesObject): string {
+/**
+ * Who made the newest write to the object itself (not its status): the user the API recorded in
+ * `authorAnnotation`, else the field manager a cluster records.
+ */
+function actorOf(object: KubernetesObject, authorAnnotation: string | undefined): string {
+  const author = authorAnnotation === undefined ? undefined : object.metadata?.annotations?.[authorAnnotation]
+  if (author !== undefined && author !== "") return author
   const writes = (object.metadata?.managedFields ?? []).filter((entry) => entry.subresource === undefined)
   const newest = writes.sort((a, b) => String(b.time ?? "").localeCompare(String(a.time ?? "")))[0]
   return newest?.manager === undefined ? kubernetesActor : `${kubernetesActor}:${newest.manager}`

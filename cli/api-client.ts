@@ -18,6 +18,11 @@ export type ApiClient = {
   /** The URL without credentials, for messages. */
   readonly url: string
   call(method: string, path: string, body?: unknown): Promise<Answer>
+  /**
+   * POSTs a form to an OAuth endpoint (`runnel login`'s device grant): the JSON answer of a 200,
+   * or of a 400, which is how OAuth endpoints say `authorization_pending` and the like.
+   */
+  oauth(path: string, fields: Readonly<Record<string, string>>): Promise<Answer>
   /** The events of a `text/event-stream` answer, each `data:` line parsed as JSON. */
   events(
     method: string,
@@ -37,24 +42,38 @@ export function apiClient({ url, authorization }: ClientSettings): ApiClient {
   const headers: Record<string, string> = { Accept: "application/json" }
   if (authorization !== undefined) headers.Authorization = authorization
 
-  /** Sends one request; a refusal becomes a ServerRefused with the server's message. */
-  const send = async (method: string, path: string, body: unknown, signal?: AbortSignal): Promise<IncomingMessage> => {
+  /**
+   * Sends one request (a JSON body, or `payload` as it is); a status `accepted` does not take
+   * becomes a ServerRefused with the server's message.
+   */
+  const send = async (
+    method: string,
+    path: string,
+    body: unknown,
+    signal?: AbortSignal,
+    {
+      payload = body === undefined ? undefined : { text: JSON.stringify(body), type: "application/json" },
+      accepted = isSuccess,
+    } = {} as {
+      payload?: { text: string; type: string } | undefined
+      accepted?: (status: number) => boolean
+    },
+  ): Promise<IncomingMessage> => {
     const target = new URL(`${url}${path}`)
     // getBuiltinModule, not import(): the ES module view of node:http reads its lazy exports, and one of them loads undici.
     const request =
       target.protocol === "https:"
         ? process.getBuiltinModule("node:https").request
         : process.getBuiltinModule("node:http").request
-    const payload = body === undefined ? undefined : JSON.stringify(body)
     let response: IncomingMessage
     try {
       response = await new Promise<IncomingMessage>((resolve, reject) => {
         const sent = request(target, {
           method,
-          headers: payload === undefined ? headers : { ...headers, "Content-Type": "application/json" },
+          headers: payload === undefined ? headers : { ...headers, "Content-Type": payload.type },
           ...(signal === undefined ? {} : { signal }),
         })
-        sent.on("response", resolve).on("error", reject).end(payload)
+        sent.on("response", resolve).on("error", reject).end(payload?.text)
       })
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code
@@ -63,14 +82,7 @@ export function apiClient({ url, authorization }: ClientSettings): ApiClient {
       )
     }
     const status = response.statusCode ?? 0
-    if (status >= 200 && status < 300) return response
-    if (status === 401) {
-      response.resume()
-      throw new ServerRefused(
-        401,
-        `${url} needs authentication: log in with \`runnel login -s ${url}\` or set CI_AUTH_TOKEN`,
-      )
-    }
+    if (accepted(status)) return response
     const text = await readText(response)
     let message: unknown
     try {
@@ -78,25 +90,41 @@ export function apiClient({ url, authorization }: ClientSettings): ApiClient {
     } catch {
       message = undefined
     }
+    if (status === 401) {
+      // contract.md section 3: the server, how to log in, and the variable that carries a token.
+      const reason = typeof message === "string" ? ` (${message})` : ""
+      throw new ServerRefused(
+        401,
+        `${url} needs authentication${reason}: log in with \`runnel login -s ${url}\` or set CI_AUTH_TOKEN`,
+      )
+    }
     throw new ServerRefused(
       status,
       typeof message === "string" ? message : `${url} answered ${method} ${path} with HTTP ${status}`,
     )
   }
 
+  const answer = async (response: IncomingMessage): Promise<Answer> => {
+    const text = await readText(response)
+    let parsed: unknown
+    try {
+      parsed = text === "" ? undefined : JSON.parse(text)
+    } catch {
+      parsed = text
+    }
+    return { status: response.statusCode ?? 0, body: parsed }
+  }
+
   return {
     url,
-    async call(method, path, body) {
-      const response = await send(method, path, body)
-      const text = await readText(response)
-      let parsed: unknown
-      try {
-        parsed = text === "" ? undefined : JSON.parse(text)
-      } catch {
-        parsed = text
-      }
-      return { status: response.statusCode ?? 0, body: parsed }
-    },
+    call: async (method, path, body) => answer(await send(method, path, body)),
+    oauth: async (path, fields) =>
+      answer(
+        await send("POST", path, undefined, undefined, {
+          payload: { text: new URLSearchParams(fields).toString(), type: "application/x-www-form-urlencoded" },
+          accepted: (status) => isSuccess(status) || status === 400,
+        }),
+      ),
     async *events(method, path, body, signal, onOpen) {
       const response = await send(method, path, body, signal)
       onOpen?.(response.headers)
@@ -122,6 +150,8 @@ export function apiClient({ url, authorization }: ClientSettings): ApiClient {
     },
   }
 }
+
+const isSuccess = (status: number) => status >= 200 && status < 300
 
 async function readText(response: IncomingMessage): Promise<string> {
   let text = ""

@@ -1,5 +1,7 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import { startApiServer } from "../apiserver/app.ts"
+import { authenticator } from "../apiserver/auth/authenticate.ts"
+import { loginProviders } from "../apiserver/auth/login-providers.ts"
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
 import type { RoleSettings } from "../lib/config/operator.ts"
 import type { ApiSettings } from "../lib/config/server.ts"
@@ -7,7 +9,7 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { drivers } from "./drivers.ts"
-import { closeHttp, httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
+import { httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { processLog } from "./log.ts"
 import { openSecretBackend } from "./secret-backend.ts"
@@ -28,7 +30,7 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
   const close = async () => {
     front.drain()
     await api?.stop()
-    await closeHttp(front.http)
+    await front.close()
     await secretStore?.close()
     await (await opening.catch(() => undefined))?.close()
   }
@@ -58,8 +60,10 @@ export function configuredApiServer(
   logs: LogStore,
   secrets: SecretStore,
   draining: () => boolean,
+  authorAnnotation?: string,
 ): ReturnType<typeof startApiServer> {
   return startApiServer({
+    ...(authorAnnotation === undefined ? {} : { authorAnnotation }),
     kubeConfig,
     namespace: settings.namespace,
     logs,
@@ -69,6 +73,8 @@ export function configuredApiServer(
     features: settings.features,
     ...settings.api,
     draining,
+    authenticate: authenticator(settings.api.auth),
+    ...loginOf(settings.api.auth),
     log: processLog(),
     // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).
     audit: ({ event, ...fields }) =>
@@ -76,4 +82,16 @@ export function configuredApiServer(
         `${JSON.stringify({ time: new Date().toISOString(), level: "info", kind: "audit", msg: event, ...fields })}\n`,
       ),
   })
+}
+
+/** The browser and device login of OAuth mode; none in the other modes. */
+function loginOf(auth: ApiSettings["auth"]) {
+  if (auth.mode !== "oauth") return {}
+  return {
+    login: {
+      sessionSecret: auth.sessionSecret,
+      callbackUrl: auth.callbackUrl,
+      providers: loginProviders(auth.callbackUrl, auth.providers),
+    },
+  }
 }

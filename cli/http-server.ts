@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
-import type { AddressInfo } from "node:net"
+import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https"
+import { type AddressInfo, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 
 // The HTTP front of the serving commands (`runnel server`, `runnel apiserver`): listening, closing, the
@@ -22,25 +23,37 @@ export type Handler = (req: IncomingMessage, res: ServerResponse) => void
 export type Phase = "starting" | "ready" | "draining"
 
 export type HttpFront = {
-  readonly http: Server
+  /** What listens: an HTTP server, an HTTPS server, or both behind one port (see `tls`). */
+  readonly http: NetServer
+  /** `https` when every request comes over TLS, `http` when plain HTTP is served (alone or beside TLS). */
+  readonly scheme: "http" | "https"
   readonly phase: Phase
   /** The API is up: /api reaches `api`, and the probes say ready. */
   ready(api: Handler): void
   /** The process shuts down: the probes say so; the API keeps its requests. */
   drain(): void
+  /** Stops listening and ends every connection, keep-alive ones included. */
+  close(): Promise<void>
 }
+
+/** TLS for the front: a PEM certificate (chain) and key; `besidePlainHttp` serves plain HTTP on the same port too. */
+export type FrontTls = { readonly cert: string; readonly key: string; readonly besidePlainHttp: boolean }
 
 const probes = new Set(["/livez", "/readyz", "/health"])
 
 /**
  * A node:http server for a serving command: `routes` first (the embedded API
  * answers its own paths and returns true), then the probes, then the API under
- * /api and MCP at /mcp once ready; anything else is a JSON 404 listing what it `serves`
+ * /api, the login under /auth and MCP at /mcp once ready; anything else is a JSON 404 listing what it `serves`
  * besides the probes and the API. Requests node:http refuses itself are
  * answered in JSON too (answerClientErrors).
  */
 export function httpFront(
-  options: { routes?: (req: IncomingMessage, res: ServerResponse) => boolean; serves?: readonly string[] } = {},
+  options: {
+    routes?: (req: IncomingMessage, res: ServerResponse) => boolean
+    serves?: readonly string[]
+    tls?: FrontTls | undefined
+  } = {},
 ): HttpFront {
   let phase: Phase = "starting"
   let api: Handler | undefined
@@ -48,14 +61,15 @@ export function httpFront(
     "/livez, /readyz and /health",
     "the REST API under /api",
     "MCP at POST /mcp",
+    "the login under /auth",
     ...(options.serves ?? []),
   ].join(", ")
-  const http = createServer((req, res) => {
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
     if (options.routes?.(req, res)) return
     const path = (req.url ?? "/").split("?")[0] ?? "/"
     if (probes.has(path)) {
       probe(req, res, path, phase)
-    } else if (!/^\/api(\/|$)/.test(path) && path !== "/mcp") {
+    } else if (!/^\/(api|auth)(\/|$)/.test(path) && path !== "/mcp") {
       send(res, 404, { error: `no route for ${req.method} ${path}; this server answers ${serves}` })
     } else if (api === undefined) {
       // Before the API is mounted a request would meet no route (404) or half-open stores: say "not yet".
@@ -67,10 +81,17 @@ export function httpFront(
     } else {
       api(req, res)
     }
-  })
-  answerClientErrors(http)
+  }
+  const { tls } = options
+  const plain = tls === undefined || tls.besidePlainHttp ? createServer(handler) : undefined
+  const secure = tls === undefined ? undefined : createHttpsServer({ cert: tls.cert, key: tls.key }, handler)
+  const servers = [plain, secure].filter((server) => server !== undefined)
+  for (const server of servers) answerClientErrors(server)
+  const both = plain !== undefined && secure !== undefined ? eitherProtocol(plain, secure) : undefined
+  const http: NetServer = both?.server ?? plain ?? (secure as NetServer)
   return {
     http,
+    scheme: plain === undefined ? "https" : "http",
     get phase() {
       return phase
     },
@@ -80,6 +101,52 @@ export function httpFront(
     },
     drain() {
       phase = "draining"
+    },
+    close() {
+      return new Promise((resolve) => {
+        if (!http.listening) {
+          resolve()
+          return
+        }
+        http.close(() => resolve())
+        both?.endUndecided()
+        for (const server of servers) server.closeAllConnections()
+      })
+    },
+  }
+}
+
+/**
+ * Plain HTTP and TLS on one port: a TLS connection opens with a handshake
+ * record (content type 22, byte 0x16), an HTTP/1.1 one with a method name in
+ * ASCII, so the first byte says which server the connection is handed to.
+ * `endUndecided` ends the connections that have not sent that byte yet (the
+ * inner servers end the others).
+ */
+function eitherProtocol(plain: Server, secure: HttpsServer): { server: NetServer; endUndecided(): void } {
+  const undecided = new Set<Socket>()
+  const server = createNetServer((socket) => {
+    undecided.add(socket)
+    socket.once("close", () => undecided.delete(socket))
+    // A connection that never says anything is ended as node:http ends one that never sends its headers.
+    const silent = () => socket.destroy()
+    socket.setTimeout(plain.headersTimeout, silent)
+    socket.once("readable", () => {
+      undecided.delete(socket)
+      socket.setTimeout(0).off("timeout", silent)
+      const first = socket.read(1) as Buffer | null
+      if (first === null) {
+        socket.destroy()
+        return
+      }
+      socket.unshift(first)
+      ;(first[0] === 0x16 ? secure : plain).emit("connection", socket)
+    })
+  })
+  return {
+    server,
+    endUndecided() {
+      for (const socket of undecided) socket.destroy()
     },
   }
 }
@@ -125,7 +192,7 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.end(`${JSON.stringify(body)}\n`)
 }
 
-export function listen(http: Server, port: number, host: string): Promise<AddressInfo> {
+export function listen(http: NetServer, port: number, host: string): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
     http.once("error", (error: NodeJS.ErrnoException) => {
       if (error.code === "EADDRINUSE") {
@@ -141,18 +208,6 @@ export function listen(http: Server, port: number, host: string): Promise<Addres
       }
     })
     http.listen(port, host, () => resolve(http.address() as AddressInfo))
-  })
-}
-
-/** Ends keep-alive connections (the operator's own included) so close() does not wait for idle clients. */
-export function closeHttp(http: Server): Promise<void> {
-  return new Promise((resolve) => {
-    if (!http.listening) {
-      resolve()
-      return
-    }
-    http.close(() => resolve())
-    http.closeAllConnections()
   })
 }
 

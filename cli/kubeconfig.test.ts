@@ -28,8 +28,9 @@ describe("loading the chosen kubeconfig", () => {
     ).toThrow(/^cannot load the kubeconfig --kubeconfig "none\.yaml": /)
   })
 
-  it("reaches the embedded API over plain loopback HTTP", () => {
-    const embedded = loadKubeConfig({ kind: "embedded" }, "http://127.0.0.1:8080/k8s")
+  it("reaches the embedded API over plain loopback HTTP with the process's token", () => {
+    const embedded = loadKubeConfig({ kind: "embedded" }, { server: "http://127.0.0.1:8080/k8s", token: "t0ken" })
     expect(embedded.getCurrentCluster()).toMatchObject({ server: "http://127.0.0.1:8080/k8s", skipTLSVerify: true })
+    expect(embedded.getCurrentUser()).toMatchObject({ token: "t0ken" })
   })
 })

@@ -2,13 +2,16 @@ import { KubeConfig } from "@kubernetes/client-node"
 import type { KubeSource } from "../lib/config/kubeconfig.ts"
 import { badRequest, errorMessage } from "../lib/core/errors.ts"
 
+/** How `runnel server`'s own roles reach its embedded API: its URL (known once it listens) and the process's token. */
+export type EmbeddedAccess = { readonly server: string; readonly token: string }
+
 /**
  * The client configuration of the Kubernetes API that lib/config's kubeSource()
- * chose. `embeddedServer` is the URL of the embedded API (for `runnel server`,
- * known once it listens). Only the commands that talk to Kubernetes import this
- * module, and with it client-node (about 0.4 s and 80 MB to load).
+ * chose. `embedded` is how to reach the embedded API (for `runnel server`).
+ * Only the commands that talk to Kubernetes import this module, and with it
+ * client-node (about 0.4 s and 80 MB to load).
  */
-export function loadKubeConfig(source: KubeSource, embeddedServer?: string): KubeConfig {
+export function loadKubeConfig(source: KubeSource, embedded?: EmbeddedAccess): KubeConfig {
   const kubeConfig = new KubeConfig()
   switch (source.kind) {
     case "files":
@@ -28,11 +31,13 @@ export function loadKubeConfig(source: KubeSource, embeddedServer?: string): Kub
       kubeConfig.loadFromCluster()
       break
     case "embedded":
-      if (embeddedServer === undefined) throw new Error("the embedded API's URL is needed to reach it")
+      if (embedded === undefined) throw new Error("the embedded API's URL is needed to reach it")
       kubeConfig.loadFromOptions({
-        // client-node refuses plain http unless TLS verification is off; loopback carries no TLS.
-        clusters: [{ name: "embedded", server: embeddedServer, skipTLSVerify: true }],
-        users: [{ name: "runnel" }],
+        // client-node refuses plain http unless TLS verification is off. Over loopback, TLS (when the server
+        // serves only HTTPS) is not verified either: the certificate names the server's public names, and
+        // nothing but this machine sits between the process and itself.
+        clusters: [{ name: "embedded", server: embedded.server, skipTLSVerify: true }],
+        users: [{ name: "runnel", token: embedded.token }],
         contexts: [{ name: "embedded", cluster: "embedded", user: "runnel", namespace: "default" }],
         currentContext: "embedded",
       })

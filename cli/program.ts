@@ -103,7 +103,11 @@ function client(name: string, description: string, own: readonly Option[] = [], 
   addFlags(command, clientFlags)
   return command
 }
-const clientOf = (options: Options) => apiClient(clientSettings(options))
+const clientOf = (options: Options) => {
+  const settings = clientSettings(options)
+  for (const warning of settings.warnings) process.stderr.write(`${warning}\n`)
+  return apiClient(settings)
+}
 const pipelineCommands = () => import("./pipeline.ts")
 
 client("set", "store a pipeline file (PUT /api/pipelines/:name)", [
@@ -169,6 +173,32 @@ for (const [action, description] of [
     })
 }
 
+const loginCommands = () => import("./login.ts")
+client(
+  "login",
+  "log in to a server with its browser login (device flow): prints a URL and a code to enter there, waits for the approval, and stores the token in the auth config (mode 0600)",
+  [],
+  program,
+).action(async (options: Options) => {
+  const settings = clientSettings(options)
+  for (const warning of settings.warnings) process.stderr.write(`${warning}\n`)
+  await (await loginCommands()).login(apiClient(settings), settings)
+})
+client("logout", "forget the stored token of a server (-s) in the auth config", [], program).action(
+  async (options: Options) => {
+    ;(await loginCommands()).logout(clientSettings(options))
+  },
+)
+client(
+  "whoami",
+  "print who the server takes you for: your actor and user fields",
+  [{ syntax: "--json", description: "the fields as JSON" }],
+  program,
+).action(async (options: Options) => {
+  const api = clientOf(options)
+  await (await loginCommands()).whoami(api, options.json === true)
+})
+
 const gate = program.command("gate").description("list, approve and reject the approval gates runs wait on")
 const gateCommands = () => import("./gate.ts")
 
@@ -226,6 +256,23 @@ for (const [action, description] of [
       await (await pipelineCommands()).enableSchedule(api, action, name, key)
     })
 }
+
+client(
+  "kubeconfig",
+  "print a kubeconfig for kubectl against the server's embedded Kubernetes API at /k8s, with the current login (docs/auth.md, kubectl access)",
+  [
+    {
+      syntax: "-n, --namespace <NAMESPACE>",
+      description: "the namespace kubectl uses: the server's --namespace; default default",
+    },
+  ],
+  program,
+).action(async (options: Options) => {
+  const settings = clientSettings(options)
+  for (const warning of settings.warnings) process.stderr.write(`${warning}\n`)
+  const namespace = typeof options.namespace === "string" ? options.namespace : "default"
+  await (await import("./print-kubeconfig.ts")).printKubeconfig(settings, namespace)
+})
 
 try {
   await program.parseAsync(process.argv)

@@ -1,16 +1,21 @@
+import { randomBytes } from "node:crypto"
 import { join } from "node:path"
 import type { startApiServer } from "../apiserver/app.ts"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
 import type { ServerSettings } from "../lib/config/server.ts"
+import { changedByAnnotation } from "../lib/kube/resources.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
 import { configuredApiServer } from "./apiserver.ts"
-import { closeHttp, httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
+import { httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
+import { kubernetesAccess } from "./kubernetes-access.ts"
+import { processLog } from "./log.ts"
 import { startConfiguredOperator } from "./operator.ts"
 import { openConfiguredSecretStore } from "./secret-backend.ts"
+import { servedTls } from "./server-tls.ts"
 import { onShutdownSignal } from "./shutdown-signal.ts"
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
@@ -24,13 +29,26 @@ const embeddedPrefix = "/k8s"
  * is up. Opened in order, closed in reverse.
  */
 export async function server(settings: ServerSettings): Promise<void> {
+  const serving = settings.kube.kind === "embedded"
+  const tls = servedTls({
+    http: settings.http,
+    auth: settings.api.auth,
+    embedded: serving,
+    storagePath: settings.storagePath,
+  })
+  // The operator and the API server in this process reach the embedded API with this token, which nothing outside it knows.
+  const processToken = randomBytes(32).toString("base64url")
+  const access = serving
+    ? kubernetesAccess({ auth: settings.api.auth, processToken, prefix: embeddedPrefix, log: processLog() })
+    : undefined
   // The log store's writer thread comes online (50-90 ms) while this thread builds the embedded API and listens.
   const opening = openSqliteLogStore(settings.logStorePath)
   opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
   let embedded: ReturnType<typeof createEmbeddedApi> | undefined
   const front = httpFront({
     routes: (req, res) => embedded?.handle(req, res) === true,
-    serves: settings.kube.kind === "embedded" ? [`the Kubernetes API under ${embeddedPrefix}`] : [],
+    serves: serving ? [`the Kubernetes API under ${embeddedPrefix}`] : [],
+    tls,
   })
   let secretStore: SecretStore | undefined
   let operator: Operator | undefined
@@ -46,7 +64,7 @@ export async function server(settings: ServerSettings): Promise<void> {
       // The operator writes its runs' final status through the HTTP server, so it stops first.
       await operator?.stop(now ? 0 : settings.shutdownGraceMs)
       await apiServer?.stop()
-      await closeHttp(front.http)
+      await front.close()
       embedded?.close()
       await secretStore?.close()
       await (await opening.catch(() => undefined))?.close()
@@ -54,21 +72,39 @@ export async function server(settings: ServerSettings): Promise<void> {
     return closing
   }
   try {
-    if (settings.kube.kind === "embedded") {
-      embedded = createEmbeddedApi({ db: settings.storagePath, crds: loadCrds(crdsDir), prefix: embeddedPrefix })
+    if (access !== undefined) {
+      embedded = createEmbeddedApi({
+        db: settings.storagePath,
+        crds: loadCrds(crdsDir),
+        prefix: embeddedPrefix,
+        authenticate: access,
+        authorAnnotation: changedByAnnotation,
+      })
     }
     const address = await listen(front.http, settings.http.port, settings.http.host)
-    const kubeConfig = loadKubeConfig(
-      settings.kube,
-      `http://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
-    )
+    const kubeConfig = loadKubeConfig(settings.kube, {
+      server: `${front.scheme}://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
+      token: processToken,
+    })
     const store = await opening
     secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
-    apiServer = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")
+    apiServer = await configuredApiServer(
+      settings,
+      kubeConfig,
+      store,
+      secretStore,
+      () => front.phase === "draining",
+      serving ? changedByAnnotation : undefined,
+    )
     front.ready(apiServer.callback)
     warnOpenAccess(settings.http.host)
-    process.stdout.write(`runnel: listening on http://${urlHost(settings.http.host)}:${address.port}\n`)
+    if (tls?.authority !== undefined) {
+      process.stderr.write(
+        `runnel: kubectl reaches ${embeddedPrefix} over TLS on the same port (https://${urlHost(settings.http.host)}:${address.port}${embeddedPrefix}), with a certificate from runnel's certificate authority ${tls.authority.file} (SHA-256 ${tls.authority.fingerprint}); \`runnel kubeconfig\` prints a kubeconfig that trusts it\n`,
+      )
+    }
+    process.stdout.write(`runnel: listening on ${front.scheme}://${urlHost(settings.http.host)}:${address.port}\n`)
   } catch (error) {
     await close(true).catch(() => {})
     throw error

@@ -33,6 +33,9 @@ import { isObject } from "./schema.ts"
 import type { IncludeObject } from "./table.ts"
 import { toTable } from "./table.ts"
 
+/** What authenticate() says of a request: refused (false), allowed (true), or allowed as the named user. */
+export type Authenticated = boolean | string
+
 export type EmbeddedApiOptions = {
   /** The SQLite database: a file path, ":memory:", or an open database (which close() leaves open). */
   readonly db: string | DatabaseSync
@@ -49,10 +52,17 @@ export type EmbeddedApiOptions = {
   readonly bookmarkIntervalMs?: number
   /**
    * Decides whether a request may use the API (for example by its `Authorization: Bearer` token, which
-   * `kubectl --token` and client-node send); refused requests get 401 Unauthorized. Every request is allowed
-   * when absent: the server that mounts the handler owns authentication.
+   * `kubectl --token` and client-node send): false is 401 Unauthorized; a KubeStatusError it throws is the
+   * answer (a 403 Forbidden, a 401 with its own message); true, or the name of the user, lets the request
+   * through. Every request is allowed when absent: the server that mounts the handler owns authentication.
    */
-  readonly authenticate?: (req: IncomingMessage) => boolean | Promise<boolean>
+  readonly authenticate?: (req: IncomingMessage) => Authenticated | Promise<Authenticated>
+  /**
+   * The annotation in which the API records who made each write of an object (create, replace, patch and
+   * delete; not status writes): the name authenticate() gave, or nothing when it gave none. The server
+   * sets it, replacing whatever the client sent, so a client cannot name someone else.
+   */
+  readonly authorAnnotation?: string
   /** Request bodies larger than this are refused with 413; 3 MiB by default, like Kubernetes. */
   readonly maxBodyBytes?: number
   /**
@@ -87,7 +97,12 @@ export function createEmbeddedApi(options: EmbeddedApiOptions): EmbeddedApi {
     historyLimit: options.historyLimit,
     secretKey: options.secretKey,
   })
-  const resources = new ResourceApi({ store, types, bookmarkIntervalMs: options.bookmarkIntervalMs ?? 10_000 })
+  const resources = new ResourceApi({
+    store,
+    types,
+    bookmarkIntervalMs: options.bookmarkIntervalMs ?? 10_000,
+    authorAnnotation: options.authorAnnotation,
+  })
   const collector = new GarbageCollector(resources)
   const maxBodyBytes = options.maxBodyBytes ?? 3 * 1024 * 1024
   const watches = new Set<() => void>()
@@ -111,8 +126,9 @@ export function createEmbeddedApi(options: EmbeddedApiOptions): EmbeddedApi {
       }
       const authenticate = options.authenticate
       const served = (async () => {
-        if (authenticate !== undefined && !(await authenticate(req))) throw unauthorized()
-        await serve(context, req, res)
+        const user = authenticate === undefined ? true : await authenticate(req)
+        if (user === false) throw unauthorized()
+        await serve(context, req, res, user === true ? undefined : user)
       })()
       served.catch((error: unknown) => {
         const status =
@@ -148,7 +164,8 @@ function send(res: ServerResponse, code: number, body: unknown, headers: Record<
   res.end(text)
 }
 
-async function serve(context: Context, req: IncomingMessage, res: ServerResponse) {
+/** One request; `author` is the user authenticate() named, recorded on the objects the request writes. */
+async function serve(context: Context, req: IncomingMessage, res: ServerResponse, author: string | undefined) {
   const url = new URL(req.url ?? "/", "http://embedded")
   const path = url.pathname.slice(context.prefix.length) || "/"
   const segments = path
@@ -178,7 +195,7 @@ async function serve(context: Context, req: IncomingMessage, res: ServerResponse
           types.all.filter((type) => type.group === ""),
         ),
       )
-    return serveResource(context, "v1", rest.slice(1), method, url, req, res)
+    return serveResource(context, "v1", rest.slice(1), method, url, req, res, author)
   }
   if (root === "apis") {
     if (rest.length === 0) return send(res, 200, apiGroupList(types))
@@ -189,7 +206,7 @@ async function serve(context: Context, req: IncomingMessage, res: ServerResponse
     const served = types.all.filter((type) => type.apiVersion === apiVersion)
     if (served.length === 0) throw pathNotFound()
     if (rest.length === 2) return send(res, 200, resourceList(apiVersion, served))
-    return serveResource(context, apiVersion, rest.slice(2), method, url, req, res)
+    return serveResource(context, apiVersion, rest.slice(2), method, url, req, res, author)
   }
   throw pathNotFound()
 }
@@ -241,6 +258,7 @@ async function serveResource(
   url: URL,
   req: IncomingMessage,
   res: ServerResponse,
+  author: string | undefined,
 ) {
   const { resources } = context
   const { type, namespace, name, subresource } = target(context.types, apiVersion, segments)
@@ -280,13 +298,13 @@ async function serveResource(
         type,
         namespace,
         await readBody(context, req, type.custom ? "write" : "write-core"),
-        writeOptions(query),
+        writeOptions(query, author),
       )
       return answer(201, object, warnings)
     }
     if (method === "DELETE" && type !== namespaceType) {
       const options = await deleteOptions(context, req, query)
-      return answer(200, presentList(type, resources.deleteCollection(type, namespace, listQuery, options)))
+      return answer(200, presentList(type, resources.deleteCollection(type, namespace, listQuery, options, author)))
     }
     throw methodNotAllowed()
   }
@@ -312,7 +330,7 @@ async function serveResource(
       name,
       await readBody(context, req, type.custom ? "write" : "write-core"),
       {
-        ...writeOptions(query),
+        ...writeOptions(query, author),
         subresource: status,
       },
     )
@@ -327,13 +345,19 @@ async function serveResource(
     }
     const body = await readBody(context, req, "patch")
     const { object, warnings } = resources.patch(type, namespace, name, contentType, body, {
-      ...writeOptions(query),
+      ...writeOptions(query, author),
       subresource: status,
     })
     return answer(200, object, warnings)
   }
   if (method === "DELETE" && status === undefined) {
-    const { object, deleted } = resources.delete(type, namespace, name, await deleteOptions(context, req, query))
+    const { object, deleted } = resources.delete(
+      type,
+      namespace,
+      name,
+      await deleteOptions(context, req, query),
+      author,
+    )
     // Custom resources answer with the object; core kinds with a Status once the object is gone.
     if (deleted && !type.custom) {
       return answer(200, successStatus({ name, group: type.group, kind: type.plural, uid: object.metadata.uid }))
@@ -365,7 +389,7 @@ function tableRequested(accept: string | undefined): boolean {
 const mediaType = (header: string | undefined) =>
   (header ?? "application/json").split(";")[0]?.trim().toLowerCase() ?? ""
 
-function writeOptions(query: URLSearchParams): WriteOptions {
+function writeOptions(query: URLSearchParams, author: string | undefined): WriteOptions {
   const fieldValidation = query.get("fieldValidation") ?? undefined
   if (fieldValidation !== undefined && !["Strict", "Warn", "Ignore"].includes(fieldValidation)) {
     throw badRequest(`fieldValidation parameter unsupported: ${fieldValidation}; use Ignore, Warn or Strict`)
@@ -373,7 +397,7 @@ function writeOptions(query: URLSearchParams): WriteOptions {
   const dryRun = query.getAll("dryRun")
   if (dryRun.some((value) => value !== "All"))
     throw badRequest(`invalid dry run option: ${dryRun.join(", ")}; the only supported value is All`)
-  return { fieldValidation: fieldValidation as FieldValidation | undefined, dryRun: dryRun.length > 0 }
+  return { fieldValidation: fieldValidation as FieldValidation | undefined, dryRun: dryRun.length > 0, author }
 }
 
 async function deleteOptions(context: Context, req: IncomingMessage, query: URLSearchParams): Promise<DeleteOptions> {

@@ -33,6 +33,8 @@ export type WriteOptions = {
   readonly fieldValidation?: FieldValidation
   /** Validate and answer as if written, without writing. */
   readonly dryRun?: boolean
+  /** Who writes, recorded in the author annotation when the API has one (ResourceApiOptions.authorAnnotation). */
+  readonly author?: string | undefined
 }
 
 export type WriteResult = { readonly object: KubeObject; readonly warnings: readonly string[] }
@@ -95,6 +97,8 @@ export type ResourceApiOptions = {
   /** How often a watch that allows bookmarks gets one. Kubernetes sends one about every minute. */
   readonly bookmarkIntervalMs?: number
   readonly now?: () => Date
+  /** The annotation every write of an object but a status write sets to its author, or removes when it has none. */
+  readonly authorAnnotation?: string | undefined
 }
 
 /** Namespaces that exist from the start and cannot be deleted. */
@@ -118,12 +122,14 @@ export class ResourceApi {
   readonly types: ResourceTypes
   #bookmarkIntervalMs: number
   #now: () => Date
+  #authorAnnotation: string | undefined
 
   constructor(options: ResourceApiOptions) {
     this.store = options.store
     this.types = options.types
     this.#bookmarkIntervalMs = options.bookmarkIntervalMs ?? 60_000
     this.#now = options.now ?? (() => new Date())
+    this.#authorAnnotation = options.authorAnnotation
     for (const name of systemNamespaces) {
       if (this.store.get({ resource: storageResource(namespaceType), namespace: "", name }) === undefined) {
         this.create(namespaceType, undefined, { metadata: { name } })
@@ -212,6 +218,7 @@ export class ResourceApi {
     ] as const) {
       delete meta[field]
     }
+    this.#recordAuthor(object, options.author)
     meta.uid = randomUUID()
     meta.creationTimestamp = timestamp(this.#now())
     if (type.custom) meta.generation = 1
@@ -287,8 +294,15 @@ export class ResourceApi {
     return this.#commit(type, old, object, options)
   }
 
-  delete(type: ResourceType, namespace: string | undefined, name: string, options: DeleteOptions = {}) {
-    const old = this.get(type, namespace, name)
+  /** DELETE; `author` is recorded on the object's last state (what its watchers see deleted). */
+  delete(
+    type: ResourceType,
+    namespace: string | undefined,
+    name: string,
+    options: DeleteOptions = {},
+    author?: string,
+  ) {
+    const old = this.#recordAuthor(structuredClone(this.get(type, namespace, name)), author)
     const policy = propagationPolicy(options)
     const { uid, resourceVersion } = options.preconditions ?? {}
     if (uid !== undefined && uid !== old.metadata.uid) {
@@ -354,11 +368,12 @@ export class ResourceApi {
     namespace: string | undefined,
     query: ListQuery,
     options: DeleteOptions = {},
+    author?: string,
   ): KubeList {
     const list = this.list(type, namespace, { ...query, limit: undefined, continue: undefined })
     for (const item of list.items) {
       try {
-        this.delete(type, item.metadata.namespace, item.metadata.name ?? "", options)
+        this.delete(type, item.metadata.namespace, item.metadata.name ?? "", options, author)
       } catch (error) {
         if (!(error instanceof KubeStatusError && error.code === 404)) throw error
       }
@@ -442,6 +457,17 @@ export class ResourceApi {
       return this.store.remove(resource, final)
     }
     return this.store.update(resource, final)
+  }
+
+  /** Sets the author annotation to `author`, or removes it (a client's own value never stays); returns the object. */
+  #recordAuthor(object: KubeObject, author: string | undefined): KubeObject {
+    const key = this.#authorAnnotation
+    if (key === undefined) return object
+    const { [key]: _, ...others } = object.metadata.annotations ?? {}
+    const annotations = author === undefined ? others : { ...others, [key]: author }
+    if (Object.keys(annotations).length > 0) object.metadata.annotations = annotations
+    else delete object.metadata.annotations
+    return object
   }
 
   #bookmark(type: ResourceType, annotations?: Record<string, string>): KubeObject {
@@ -595,6 +621,7 @@ export class ResourceApi {
         else (next.metadata as Record<string, unknown>)[field] = old.metadata[field]
       }
       next.metadata.name = name
+      this.#recordAuthor(next, options.author)
       delete next.metadata.managedFields
       delete next.metadata.selfLink
       if (type.statusSubresource) {

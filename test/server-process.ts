@@ -33,7 +33,7 @@ export function serverProcesses(prefix: string) {
         const timer = setTimeout(() => reject(new Error(`no listening line within 20 s; stderr: ${stderr}`)), 20_000)
         child.stdout?.setEncoding("utf8").on("data", (text: string) => {
           stdout += text
-          const match = /listening on (http:\/\/\S+)/.exec(stdout)
+          const match = /listening on (https?:\/\/\S+)/.exec(stdout)
           if (match?.[1] !== undefined) {
             clearTimeout(timer)
             resolve({ url: match[1], cwd, child, stdout: () => stdout, stderr: () => stderr })

@@ -16,6 +16,7 @@ import { mcpClient } from "../../test/mcp-client.ts"
 import { bareToolCall } from "../../test/server-process.ts"
 import type { Authorize } from "../access.ts"
 import { startApiServer } from "../app.ts"
+import { authenticator } from "../auth/authenticate.ts"
 
 // The access seam of MCP with the real API server (embedded Kubernetes API, SQLite stores, HTTP): an
 // Authorize like the one authentication will plug in hides the pipeline "hidden" from alice, shows it to
@@ -68,6 +69,7 @@ describe("MCP and what a user may see", () => {
       secrets,
       defaultDriver: "native",
       allowedDrivers: ["native"],
+      authenticate: authenticator({ mode: "open" }),
       maxQueueSize: 100,
       features: ["gates"],
       maxBodyBytes: 1 << 20,

@@ -5,9 +5,9 @@ import type { Context, Middleware } from "koa"
 import { errorMessage, RunnelError } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
 import type { Authorize } from "../access.ts"
+import { requestUser } from "../auth/authenticate.ts"
 import { rawBody } from "../body.ts"
 import { failureOf } from "../errors.ts"
-import { requestUser } from "../gate-access.ts"
 import { type McpToolDeps, registerTools } from "./mcp-tools.ts"
 
 export type McpEndpointDeps = McpToolDeps & {

@@ -1,4 +1,4 @@
-import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
+import { createHmac, timingSafeEqual } from "node:crypto"
 import { formatDuration } from "../../lib/core/duration.ts"
 import { headerValues } from "./request-fields.ts"
 import type { IncomingWebhook, Verification, VerifyOptions } from "./webhook-provider.ts"
@@ -29,17 +29,6 @@ export function isHexDigest(text: string): boolean {
 export function digestMatches(hex: string, digest: Buffer): boolean {
   if (!isHexDigest(hex)) return false
   return timingSafeEqual(Buffer.from(hex, "hex"), digest)
-}
-
-// A key that lives as long as the process, so the digests of two tokens can be
-// compared without a length of either leaking through timingSafeEqual.
-const comparisonKey = randomBytes(32)
-
-/** True when a token sent in plain (Honeybadger, GitLab's older scheme) equals the secret, in constant time. */
-export function tokenMatches(token: string, secret: string): boolean {
-  const left = createHmac("sha256", comparisonKey).update(token).digest()
-  const right = createHmac("sha256", comparisonKey).update(secret).digest()
-  return timingSafeEqual(left, right)
 }
 
 /**

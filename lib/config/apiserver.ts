@@ -1,3 +1,4 @@
+import { authFlags } from "./auth.ts"
 import { type CommandLine, deepFreeze, type FlagSpec, hostEnvironment, readFlags } from "./flags.ts"
 import { type RoleSettings, rolePart } from "./operator.ts"
 import { type ApiSettings, apiPart, type HttpSettings, httpPart, serverFlags } from "./server.ts"
@@ -31,6 +32,7 @@ const apiserverFlagNames = [
   "secrets-s3-kms-key-id",
   "secrets-s3-sse-c-key",
   "secrets-s3-prefix",
+  ...authFlags.map((flag) => flag.name),
 ]
 export const apiserverFlags: readonly FlagSpec[] = serverFlags
   .filter((flag) => apiserverFlagNames.includes(flag.name))

@@ -1,3 +1,5 @@
+import { badRequest } from "../core/errors.ts"
+import { type AuthSettings, authFlags, authPart } from "./auth.ts"
 import {
   type CommandLine,
   deepFreeze,
@@ -12,7 +14,12 @@ import {
 import { type OperatorSettings, operatorFlags, operatorPart } from "./operator.ts"
 
 /** Where the process serves HTTP. */
-export type HttpSettings = { readonly port: number; readonly host: string }
+export type HttpSettings = {
+  readonly port: number
+  readonly host: string
+  /** `--tls-cert-file` and `--tls-private-key-file`: serve HTTPS only, with this certificate (PEM files). */
+  readonly tls?: { readonly certFile: string; readonly keyFile: string }
+}
 
 /** The API server's own limits. */
 export type ApiSettings = {
@@ -23,11 +30,20 @@ export type ApiSettings = {
   readonly webhookMaxAgeMs: number
   /** MCP clients may trigger pipelines and stop runs (audited); without it MCP only reads. */
   readonly mcpAllowActions: boolean
+  /** Who may use the server and what they may see. */
+  readonly auth: AuthSettings
 }
 
 export const serverFlags: readonly FlagSpec[] = [
   { name: "port", value: "PORT", defaultValue: "8080", description: "port to serve on; 0 takes a free one" },
   { name: "host", value: "HOST", defaultValue: "127.0.0.1", description: "address to serve on" },
+  {
+    name: "tls-cert-file",
+    value: "FILE",
+    description:
+      "serve HTTPS only (the API, the UI, /k8s and the probes) with this PEM certificate (chain); without it, with authentication on, TLS is also spoken on the same port with a certificate from runnel's own authority, for kubectl (docs/auth.md)",
+  },
+  { name: "tls-private-key-file", value: "FILE", description: "the PEM private key of --tls-cert-file" },
   ...operatorFlags,
   {
     name: "max-queue-size",
@@ -53,6 +69,7 @@ export const serverFlags: readonly FlagSpec[] = [
     description:
       "MCP clients may also trigger pipelines and stop runs (trigger_pipeline, stop_run), under the same access rules as REST and audited; without it MCP only reads",
   },
+  ...authFlags,
 ]
 
 /** `runnel server`: both roles in one process, and where it serves. */
@@ -72,12 +89,19 @@ export function serverSettings(
   })
 }
 
-/** --port and --host, checked. */
+/** --port and --host (and the TLS files where the command has them), checked. */
 export function httpPart(flags: FlagValues): HttpSettings {
-  return {
-    port: flags.port === "0" ? 0 : parsePositiveInt(flags.port as string, "port"),
-    host: String(flags.host),
+  const port = flags.port === "0" ? 0 : parsePositiveInt(flags.port as string, "port")
+  const host = String(flags.host)
+  const given = (name: string) => (typeof flags[name] === "string" && flags[name] !== "" ? flags[name] : undefined)
+  const certFile = given("tls-cert-file")
+  const keyFile = given("tls-private-key-file")
+  if ((certFile === undefined) !== (keyFile === undefined)) {
+    throw badRequest(
+      `--tls-cert-file and --tls-private-key-file go together; --${certFile === undefined ? "tls-cert-file" : "tls-private-key-file"} is missing`,
+    )
   }
+  return certFile === undefined || keyFile === undefined ? { port, host } : { port, host, tls: { certFile, keyFile } }
 }
 
 /** The API server's flags, checked. */
@@ -88,5 +112,6 @@ export function apiPart(flags: FlagValues): ApiSettings {
     webhookTimeoutMs: parseDurationFlag(flags["webhook-timeout"] as string, "webhook-timeout"),
     webhookMaxAgeMs: parseDurationFlag(flags["webhook-max-age"] as string, "webhook-max-age"),
     mcpAllowActions: parseSwitch(flags["mcp-allow-actions"] as string | undefined, "mcp-allow-actions"),
+    auth: authPart(flags),
   }
 }

@@ -1,5 +1,9 @@
+import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { describe, expect, it } from "vitest"
 import { apiserverFlags, apiserverSettings } from "./apiserver.ts"
+import { saveToken } from "./auth-config.ts"
 import { clientSettings } from "./client.ts"
 import { operatorSettings } from "./operator.ts"
 import { runnerSettings } from "./runner.ts"
@@ -39,6 +43,16 @@ describe("settings per role", () => {
     })
   })
 
+  it("serve TLS with both --tls-cert-file and --tls-private-key-file, or refuse one alone", () => {
+    expect(serverSettings({}, drivers, env).http.tls).toBeUndefined()
+    expect(
+      serverSettings({}, drivers, { ...env, CI_TLS_CERT_FILE: "c.pem", CI_TLS_PRIVATE_KEY_FILE: "k.pem" }).http.tls,
+    ).toEqual({ certFile: "c.pem", keyFile: "k.pem" })
+    expect(() => serverSettings({ tlsCertFile: "c.pem" }, drivers, env)).toThrow(
+      "--tls-cert-file and --tls-private-key-file go together; --tls-private-key-file is missing",
+    )
+  })
+
   it("check runnel apiserver's own flags without the operator's table", () => {
     expect(apiserverFlags.map((flag) => flag.name)).not.toContain("max-in-flight")
     const settings = apiserverSettings({ kubeconfig: "k.yaml", driver: "native" }, drivers, env)
@@ -71,15 +85,47 @@ describe("settings per role", () => {
   })
 
   it("give a client its URL without credentials and its Authorization header", () => {
-    expect(clientSettings({ serverUrl: "http://me:pw@host:8080/" }, {})).toEqual({
+    const home = { HOME: "/nonexistent" }
+    expect(clientSettings({ serverUrl: "http://me:pw@host:8080/" }, home)).toMatchObject({
       url: "http://host:8080",
       authorization: `Basic ${Buffer.from("me:pw").toString("base64")}`,
+      authConfigPath: "/nonexistent/.runnel/auth.config",
     })
-    expect(clientSettings({ authToken: "t" }, { CI_SERVER_URL: "https://ci.example" })).toEqual({
+    expect(clientSettings({ authToken: "t" }, { ...home, CI_SERVER_URL: "https://ci.example" })).toMatchObject({
       url: "https://ci.example",
       authorization: "Bearer t",
     })
-    expect(() => clientSettings({ serverUrl: "ftp://x" }, {})).toThrow('--server-url "ftp://x" must start with http://')
+    expect(() => clientSettings({ serverUrl: "ftp://x" }, home)).toThrow(
+      '--server-url "ftp://x" must start with http://',
+    )
+  })
+
+  it("take a token from --auth-token, then the auth config's entry for the URL, then the URL's user:password@", () => {
+    const dir = mkdtempSync(join(tmpdir(), "runnel-auth-config-"))
+    const file = join(dir, "nested", "auth.config")
+    saveToken(file, "http://host:8080", "stored")
+    expect(statSync(file).mode & 0o777).toBe(0o600)
+    const env = { HOME: "/nonexistent", CI_AUTH_CONFIG: file }
+    expect(clientSettings({ serverUrl: "http://me:pw@host:8080" }, env).authorization).toBe("Bearer stored")
+    expect(clientSettings({ serverUrl: "http://me:pw@host:8080", authToken: "flag" }, env).authorization).toBe(
+      "Bearer flag",
+    )
+    expect(clientSettings({ serverUrl: "http://me:pw@other:8080" }, env).authorization).toBe(
+      `Basic ${Buffer.from("me:pw").toString("base64")}`,
+    )
+    expect(clientSettings({ serverUrl: "http://host:8080" }, env).warnings).toEqual([])
+    chmodSync(file, 0o644)
+    expect(clientSettings({ serverUrl: "http://host:8080" }, env).warnings).toEqual([
+      `runnel: WARNING: ${file} is readable by others (mode 0644); its tokens log in as you: chmod 600 ${file}`,
+    ])
+    saveToken(file, "http://host:8080", undefined)
+    expect(statSync(file).mode & 0o777).toBe(0o600)
+    expect(clientSettings({ serverUrl: "http://host:8080" }, env).authorization).toBeUndefined()
+    writeFileSync(file, "not json")
+    expect(() => clientSettings({ serverUrl: "http://host:8080", authConfig: file }, {})).toThrow(
+      `the auth config ${file} is not JSON; delete it and run runnel login again`,
+    )
+    rmSync(dir, { recursive: true })
   })
 })
 

@@ -25,6 +25,13 @@ export const resourcePath = (namespace: string, plural: RunnelPlural) =>
 /** The label on Runs, Schedules and webhook Secrets that names their Pipeline. */
 export const pipelineLabel = "runnel.dev/pipeline"
 
+/**
+ * Who last changed an object through `runnel server`'s embedded API at /k8s: the user's actor
+ * (`github:octocat`, `basic:admin`), set by the embedded API itself (a client's value is replaced), absent
+ * when runnel wrote it or in open access. A cluster does not set it, so only `runnel server` trusts it.
+ */
+export const changedByAnnotation = "runnel.dev/changed-by"
+
 /** Annotations the operator writes on a Run when it admits it: what a resumed run must still find. */
 export const runAnnotations = {
   generation: "runnel.dev/pipeline-generation",

@@ -1,5 +1,6 @@
+import { sameSecret } from "../../../lib/crypto/same-secret.ts"
 import { firstHeader, hasHeader } from "../request-fields.ts"
-import { accepted, digestMatches, hmacSha256, oneHeader, refused, tokenMatches } from "../signature.ts"
+import { accepted, digestMatches, hmacSha256, oneHeader, refused } from "../signature.ts"
 import type { WebhookProvider } from "../webhook-provider.ts"
 
 /**
@@ -19,7 +20,7 @@ export const gitlab: WebhookProvider = {
     if (typeof token !== "string") return token
     const hmac = token.startsWith("sha256=") && digestMatches(token.slice(7), hmacSha256(secret, request.rawBody))
     // Both checks always run, so the time taken does not tell which form was tried.
-    const plain = tokenMatches(token, secret)
+    const plain = sameSecret(token, secret)
     if (hmac || plain) return accepted
     return refused(
       "the X-Gitlab-Token header is neither the webhook secret nor sha256=<HMAC-SHA256 of the body>; check that the sender uses this pipeline's webhook secret",

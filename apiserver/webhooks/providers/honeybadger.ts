@@ -1,5 +1,6 @@
+import { sameSecret } from "../../../lib/crypto/same-secret.ts"
 import { hasHeader, jsonBody, stringField } from "../request-fields.ts"
-import { accepted, oneHeader, refused, tokenMatches } from "../signature.ts"
+import { accepted, oneHeader, refused } from "../signature.ts"
 import type { WebhookProvider } from "../webhook-provider.ts"
 
 /**
@@ -15,7 +16,7 @@ export const honeybadger: WebhookProvider = {
   verify(request, secret) {
     const token = oneHeader(request, "honeybadger-token", "Honeybadger-Token")
     if (typeof token !== "string") return token
-    if (tokenMatches(token, secret)) return accepted
+    if (sameSecret(token, secret)) return accepted
     return refused("the Honeybadger-Token header does not match this pipeline's webhook secret")
   },
 }

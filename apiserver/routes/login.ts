@@ -1,0 +1,339 @@
+import Router from "@koa/router"
+import type { Context } from "koa"
+import { badRequest, errorMessage, RunnelError } from "../../lib/core/errors.ts"
+import { sameSecret } from "../../lib/crypto/same-secret.ts"
+import type { AuditLog } from "../audit.ts"
+import { DeviceGrants } from "../auth/device-grants.ts"
+import { html, page, pageHeaders } from "../auth/login-pages.ts"
+import type { LoginProviders } from "../auth/login-providers.ts"
+import { loginTimeoutMs, PendingLogins } from "../auth/pending-logins.ts"
+import { sessionCookieName, sessionCookies } from "../auth/session-cookie.ts"
+import { issueToken, tokenLifetimeSeconds, unauthorized, verifyToken } from "../auth/session-token.ts"
+import { providerUser, type RequestUser } from "../auth/user.ts"
+import { formBody } from "../body.ts"
+import { OAuthError } from "../errors.ts"
+
+/** What the login needs when the server runs in OAuth mode. */
+export type Login = {
+  readonly sessionSecret: string
+  /** The server's public base URL (--oauth-callback-url). */
+  readonly callbackUrl: string
+  readonly providers: LoginProviders
+}
+
+export type LoginRoutesDeps = {
+  /** Undefined unless OAuth is configured: then every /auth path answers 404 saying so. */
+  login: Login | undefined
+  audit: AuditLog
+  maxBodyBytes: number
+  /** The logins and device grants under way; given by tests that move the clock. */
+  pendingLogins?: PendingLogins
+  deviceGrants?: DeviceGrants
+}
+
+/** The cookie that ties a provider's callback to the browser that started the login. */
+const loginStateCookie = "runnel_login"
+const deviceGrantType = "urn:ietf:params:oauth:grant-type:device_code"
+
+/**
+ * The browser login (interface.md "OAuth") and the device authorization
+ * grant behind `runnel login` (RFC 8628), under /auth:
+ *
+ * - `GET /auth/login`: one button per enabled provider (and who is logged in).
+ * - `GET /auth/<provider>/login[?next=/path]`: to the provider, with `state` and PKCE.
+ * - `GET /auth/<provider>/callback`: the code becomes the user, the user a runnel JWT in the
+ *   session cookie; then to `next`.
+ * - `GET|POST /auth/logout`: a page with a button; the POST clears the cookie.
+ * - `POST /auth/device/code`, `POST /auth/device/token`: RFC 8628's device authorization and
+ *   token endpoints (forms in, JSON out).
+ * - `GET|POST /auth/device`: the verification page, where a logged-in person approves a user code.
+ *
+ * None of these is behind authentication(): they are how one gets authenticated. The POSTs that
+ * act for a logged-in person are behind crossSiteGuard like every other cookie request.
+ */
+export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceGrants }: LoginRoutesDeps): Router {
+  const router = new Router()
+  if (login === undefined) {
+    router.all(/^\/auth(\/.*)?$/, () => {
+      throw new RunnelError(
+        404,
+        "no_login",
+        "this server has no OAuth login: start it with a provider's --oauth-<provider>-client-id and --oauth-<provider>-client-secret (docs/auth.md)",
+      )
+    })
+    return router
+  }
+  const { sessionSecret, callbackUrl, providers } = login
+  const cookies = sessionCookies(sessionSecret)
+  const pending = pendingLogins ?? new PendingLogins()
+  const grants = deviceGrants ?? new DeviceGrants()
+  const secure = callbackUrl.startsWith("https:")
+  const cookieOptions = { httpOnly: true, sameSite: "lax", secure, overwrite: true } as const
+  const setCookie = (ctx: Context, name: string, value: string | null, options: { path: string; maxAge?: number }) => {
+    // Behind a proxy that ends TLS the request is plain http; the cookie is still Secure when the public URL is https.
+    if (secure) ctx.cookies.secure = true
+    ctx.cookies.set(name, value, { ...cookieOptions, ...options })
+  }
+  const form = (ctx: Context) =>
+    formBody(ctx.req, { contentLength: ctx.get("Content-Length"), contentType: ctx.get("Content-Type") }, maxBodyBytes)
+  const show = (ctx: Context, status: number, title: string, body: string) => {
+    ctx.set(pageHeaders)
+    ctx.status = status
+    ctx.type = "text/html; charset=utf-8"
+    ctx.body = page(title, body)
+  }
+  /** The person the session cookie names, if it holds a valid token. */
+  const cookieUser = async (ctx: Context): Promise<RequestUser | undefined> => {
+    const value = ctx.cookies.get(sessionCookieName)
+    const token = value ? cookies.open(value) : undefined
+    return token === undefined ? undefined : verifyToken(sessionSecret, token).catch(() => undefined)
+  }
+
+  router.get("/auth/login", async (ctx) => {
+    const next = returnPath(ctx.query.next)
+    const user = await cookieUser(ctx)
+    const buttons = providers.all
+      .map(
+        (provider) =>
+          `<form method="get" action="/auth/${provider.segment}/login"><input type="hidden" name="next" value="${html(next)}"><button type="submit">Log in with ${html(provider.display)}</button></form>`,
+      )
+      .join("\n")
+    const who =
+      user === undefined
+        ? ""
+        : `<p>Logged in as <strong>${html(user.Name)}</strong> (${html(user.actor)}).</p>
+<form method="post" action="/auth/logout"><button type="submit">Log out</button></form>
+<p>Log in again as someone else:</p>`
+    show(ctx, 200, "Log in to runnel", `${who}\n${buttons}`)
+  })
+
+  router.get("/auth/:provider/login", (ctx) => {
+    const provider = providers.get(ctx.params.provider as string)
+    const next = returnPath(ctx.query.next)
+    const { state, codeVerifier } = pending.start(provider.segment, next)
+    setCookie(ctx, loginStateCookie, state, { path: "/auth", maxAge: loginTimeoutMs })
+    ctx.set("Cache-Control", "no-store")
+    ctx.redirect(provider.authorizationUrl(state, codeVerifier).toString())
+  })
+
+  router.get("/auth/:provider/callback", async (ctx) => {
+    const provider = providers.get(ctx.params.provider as string)
+    const failed = (reason: string) =>
+      audit({
+        event: "auth.login_failed",
+        actor: "anonymous",
+        provider: provider.segment,
+        reason,
+        address: ctx.ip,
+      })
+    const state = single(ctx.query.state)
+    if (state === undefined || state === "") {
+      failed("no state")
+      throw badRequest(`the callback from ${provider.display} has no state; start the login again at /auth/login`)
+    }
+    const started = pending.finish(state)
+    const browserState = ctx.cookies.get(loginStateCookie)
+    setCookie(ctx, loginStateCookie, null, { path: "/auth" })
+    if (started === undefined || started.segment !== provider.segment) {
+      failed("unknown state")
+      throw badRequest(
+        "the login's state is unknown, expired or already used (a callback works once, within 10 minutes); start the login again at /auth/login",
+      )
+    }
+    if (browserState === undefined || !sameSecret(browserState, state)) {
+      failed("state of another browser")
+      throw badRequest(
+        "this login was started in another browser (or this one does not keep cookies); start the login again at /auth/login",
+      )
+    }
+    const refusal = single(ctx.query.error)
+    if (refusal !== undefined) {
+      failed(`provider answered ${refusal.slice(0, 60)}`)
+      throw new RunnelError(
+        403,
+        "login_refused",
+        `${provider.display} did not authorize the login (${refusal.slice(0, 60)}); start again at /auth/login`,
+      )
+    }
+    const code = single(ctx.query.code)
+    if (code === undefined || code === "") {
+      failed("no code")
+      throw badRequest(`the callback from ${provider.display} has no code; start the login again at /auth/login`)
+    }
+    let user: RequestUser
+    try {
+      const fields = await provider.user(await provider.accessToken(code, started.codeVerifier))
+      if (fields.UserID === "" || fields.NickName === "") {
+        throw new RunnelError(502, "provider_failed", `${provider.display} answered without the user's id or name`)
+      }
+      user = providerUser(fields)
+    } catch (error) {
+      failed(errorMessage(error))
+      throw error
+    }
+    const token = await issueToken(sessionSecret, user)
+    setCookie(ctx, sessionCookieName, cookies.seal(token), { path: "/", maxAge: tokenLifetimeSeconds * 1000 })
+    audit({ event: "auth.login", actor: user.actor, provider: provider.segment, via: "browser", address: ctx.ip })
+    ctx.set("Cache-Control", "no-store")
+    ctx.redirect(started.next)
+  })
+
+  router.get("/auth/logout", (ctx) => {
+    show(
+      ctx,
+      200,
+      "Log out of runnel",
+      `<form method="post" action="/auth/logout"><button type="submit">Log out</button></form>`,
+    )
+  })
+  router.post("/auth/logout", (ctx) => {
+    setCookie(ctx, sessionCookieName, null, { path: "/" })
+    ctx.status = 303
+    ctx.redirect("/auth/login")
+  })
+
+  router.post("/auth/device/code", async (ctx) => {
+    await form(ctx)
+    const grant = grants.start()
+    const verificationUri = `${callbackUrl}/auth/device`
+    ctx.set("Cache-Control", "no-store")
+    ctx.body = {
+      device_code: grant.deviceCode,
+      user_code: grant.userCode,
+      verification_uri: verificationUri,
+      verification_uri_complete: `${verificationUri}?user_code=${grant.userCode}`,
+      expires_in: grant.expiresInSeconds,
+      interval: grant.intervalSeconds,
+    }
+  })
+
+  router.post("/auth/device/token", async (ctx) => {
+    ctx.set("Cache-Control", "no-store")
+    const fields = await form(ctx)
+    const grantType = fields.get("grant_type")
+    if (grantType === null || grantType === "") {
+      throw new OAuthError(400, "invalid_request", `the request has no grant_type; send grant_type=${deviceGrantType}`)
+    }
+    if (grantType !== deviceGrantType) {
+      throw new OAuthError(
+        400,
+        "unsupported_grant_type",
+        `grant_type ${JSON.stringify(grantType.slice(0, 100))} is not served here; this endpoint takes ${deviceGrantType}`,
+      )
+    }
+    const deviceCode = fields.get("device_code")
+    if (deviceCode === null || deviceCode === "") {
+      throw new OAuthError(
+        400,
+        "invalid_request",
+        "the request has no device_code; send the one /auth/device/code gave",
+      )
+    }
+    const { token } = grants.poll(deviceCode)
+    ctx.body = { access_token: token, token_type: "Bearer", expires_in: tokenLifetimeSeconds }
+  })
+
+  const codeForm = (code: string, message = "") =>
+    `${message === "" ? "" : `<p class="error">${html(message)}</p>\n`}<form method="get" action="/auth/device">
+<p><label>Code shown by <code>runnel login</code>: <input name="user_code" value="${html(code)}" autocomplete="off" autofocus required></label></p>
+<button type="submit">Continue</button>
+</form>`
+  const unknownCode = "That code is unknown, expired or already used. Run runnel login again for a new one."
+
+  router.get("/auth/device", async (ctx) => {
+    const user = await cookieUser(ctx)
+    if (user === undefined) {
+      ctx.redirect(`/auth/login?next=${encodeURIComponent(ctx.url)}`)
+      return
+    }
+    const given = single(ctx.query.user_code) ?? ""
+    if (given === "") {
+      show(ctx, 200, "Log in a device", codeForm(""))
+      return
+    }
+    const code = grants.pendingUserCode(given)
+    if (code === undefined) {
+      show(ctx, 400, "Log in a device", codeForm(given, unknownCode))
+      return
+    }
+    // The person confirms the code they were shown, so that a code sent to them by someone else is not approved blindly.
+    show(
+      ctx,
+      200,
+      "Log in a device",
+      `<p>A command line (<code>runnel login</code>) asks to act as <strong>${html(user.Name)}</strong> (${html(user.actor)}) for 30 days.</p>
+<p>Approve only if this code is the one your terminal shows:</p>
+<p class="code">${html(code)}</p>
+<form method="post" action="/auth/device"><input type="hidden" name="user_code" value="${html(code)}"><button type="submit" name="decision" value="approve">Approve</button></form>
+<form method="post" action="/auth/device"><input type="hidden" name="user_code" value="${html(code)}"><button type="submit" name="decision" value="deny">Deny</button></form>`,
+    )
+  })
+
+  router.post("/auth/device", async (ctx) => {
+    const fields = await form(ctx)
+    const user = await cookieUser(ctx)
+    if (user === undefined) throw unauthorized("log in at /auth/login before approving a device code")
+    const given = fields.get("user_code") ?? ""
+    const decision = fields.get("decision")
+    if (decision !== "approve" && decision !== "deny") {
+      throw badRequest('the form needs decision "approve" or "deny"')
+    }
+    const approved = decision === "approve"
+    const decided = grants.decide(
+      given,
+      approved ? { approved: true, token: await issueToken(sessionSecret, user) } : { approved: false },
+    )
+    if (!decided) {
+      show(ctx, 400, "Log in a device", codeForm(given, unknownCode))
+      return
+    }
+    if (approved) {
+      audit({
+        event: "auth.device_approved",
+        actor: user.actor,
+        provider: user.Provider,
+        via: "device",
+        address: ctx.ip,
+      })
+    }
+    show(
+      ctx,
+      200,
+      approved ? "Device logged in" : "Device login denied",
+      approved
+        ? "<p>Approved. Go back to your terminal: <code>runnel login</code> finishes by itself.</p>"
+        : "<p>Denied. The command line that asked gets no token.</p>",
+    )
+  })
+
+  return router
+}
+
+/** One query value: a repeated parameter is ambiguous and counts as absent. */
+function single(value: string | string[] | undefined): string | undefined {
+  return typeof value === "string" ? value : undefined
+}
+
+/** The web UI's home until there is one: the login page says who is logged in. */
+const defaultReturnPath = "/auth/login"
+
+/**
+ * `?next=`, honoured only as a path on this server: one leading `/`, not
+ * `//host` or `/\host` (both mean another host to a browser), no backslash,
+ * space or control character anywhere. Anything else is a 400, never a
+ * redirect elsewhere.
+ */
+export function returnPath(next: string | string[] | undefined): string {
+  if (next === undefined || next === "") return defaultReturnPath
+  const path = single(next)
+  const base = "http://runnel.invalid"
+  if (
+    path === undefined ||
+    path.length > 2048 ||
+    !/^\/(?![/\\])[^\\\s\p{Cc}]*$/u.test(path) ||
+    new URL(path, base).origin !== base
+  ) {
+    throw badRequest("next must be a path on this server, such as /api/me (one leading /, no scheme or host)")
+  }
+  return path
+}

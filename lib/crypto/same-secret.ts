@@ -1,0 +1,16 @@
+import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
+
+// A key that lives as long as the process, so that two values of any lengths are compared as
+// equal-length digests and neither length leaks through timingSafeEqual.
+const comparisonKey = randomBytes(32)
+
+/**
+ * Whether a secret sent in plain (a password, a webhook token) equals the
+ * expected one, in constant time: an early-exit comparison tells an attacker
+ * how many leading characters were right.
+ */
+export function sameSecret(given: string, expected: string): boolean {
+  const left = createHmac("sha256", comparisonKey).update(given).digest()
+  const right = createHmac("sha256", comparisonKey).update(expected).digest()
+  return timingSafeEqual(left, right)
+}
