@@ -412,6 +412,54 @@ describe("gates through MCP", () => {
     }
   }, 90_000)
 
+  it("decides as the authenticated user, whom the approvers rule and the audit see", async () => {
+    const server = await servers.start([
+      ...gatesOn,
+      "--mcp-allow-actions",
+      "--basic-auth-username",
+      "alice",
+      "--basic-auth-password",
+      "pw",
+    ])
+    const authorization = `Basic ${Buffer.from("alice:pw").toString("base64")}`
+    const api: Api = async (method, path, body) => {
+      const response = await fetch(`${server.url}${path}`, {
+        method,
+        headers: { authorization, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      })
+      const text = await response.text()
+      return { status: response.status, body: text === "" ? undefined : JSON.parse(text), type: null }
+    }
+    const { client, call } = await mcpClient(server.url, { authorization })
+    try {
+      const runId = await trigger(api, "mcp-alice", gated(`{ name: "deploy", approvers: 'Name == "alice"' }`))
+      const [gate] = await gatesOf(api, runId)
+      expect((await call("approve_gate", { gate_id: gate.id })).json).toMatchObject({
+        status: "approved",
+        resolved_by: "basic:alice",
+      })
+      expect((await finished(api, runId)).status).toBe("success")
+      const bobs = await trigger(api, "mcp-bob", gated(`{ name: "deploy", approvers: 'Name == "bob"' }`))
+      const [bobsGate] = await gatesOf(api, bobs)
+      const refused = await call("reject_gate", { gate_id: bobsGate.id })
+      expect(refused.isError).toBe(true)
+      expect(refused.text).toContain(quoted(`gate "deploy" may be decided only by users matching Name == "bob"`))
+      expect((await api("POST", `/api/runs/${bobs}/stop`)).status).toBe(200)
+      const audit = server
+        .stdout()
+        .split("\n")
+        .filter((line) => line.includes('"kind":"audit"') && line.includes('"gate.'))
+        .map((line) => JSON.parse(line))
+      expect(audit).toEqual([
+        expect.objectContaining({ msg: "gate.approved", actor: "basic:alice", via: "mcp", gate: gate.id }),
+      ])
+    } finally {
+      await client.close()
+      server.child.kill("SIGTERM")
+    }
+  }, 90_000)
+
   it("offers no approve_gate or reject_gate without --mcp-allow-actions", async () => {
     const server = await servers.start(gatesOn)
     const { client } = await mcpClient(server.url)
