@@ -339,12 +339,32 @@ describe("gate steps of a YAML pipeline", () => {
 describe("gates through MCP", () => {
   /** A gate's id in an MCP tool error, as JSON-escaped in its text. */
   const quoted = (text: string) => JSON.stringify(text).slice(1, -1)
+  /** The gate decisions in a server's audit log. */
+  const gateAudit = (server: ServerProcess) =>
+    server
+      .stdout()
+      .split("\n")
+      .filter((line) => line.includes('"kind":"audit"') && line.includes('"gate.'))
+      .map((line) => JSON.parse(line))
+  /** A server started with `args` and an MCP client of it sending `headers`, both ended after `test`. */
+  async function withMcp(
+    args: readonly string[],
+    headers: Record<string, string>,
+    test: (server: ServerProcess, mcp: Awaited<ReturnType<typeof mcpClient>>) => Promise<void>,
+  ) {
+    const server = await servers.start(args)
+    const mcp = await mcpClient(server.url, headers)
+    try {
+      await test(server, mcp)
+    } finally {
+      await mcp.client.close()
+      server.child.kill("SIGTERM")
+    }
+  }
 
   it("approve_gate and reject_gate decide as REST does, audited with the user as actor, refused as REST refuses", async () => {
-    const server = await servers.start([...gatesOn, "--mcp-allow-actions"])
-    const api = apiOf(server)
-    const { client, call } = await mcpClient(server.url)
-    try {
+    await withMcp([...gatesOn, "--mcp-allow-actions"], {}, async (server, { call }) => {
+      const api = apiOf(server)
       const approvedRun = await trigger(api, "mcp-approve", gated(`{ name: "deploy" }`))
       const [gate] = await gatesOf(api, approvedRun)
       const approved = await call("approve_gate", { gate_id: gate.id, comment: "ship it" })
@@ -391,12 +411,7 @@ describe("gates through MCP", () => {
       expect(missing.text).toContain(quoted('gate "no-such-gate" not found'))
 
       // Each decision audited once, by the tool (the watch leaves the server's own decisions alone).
-      const audit = server
-        .stdout()
-        .split("\n")
-        .filter((line) => line.includes('"kind":"audit"') && line.includes('"gate.'))
-        .map((line) => JSON.parse(line))
-      expect(audit).toEqual([
+      expect(gateAudit(server)).toEqual([
         expect.objectContaining({
           msg: "gate.approved",
           actor: "anonymous",
@@ -406,33 +421,22 @@ describe("gates through MCP", () => {
         }),
         expect.objectContaining({ msg: "gate.rejected", actor: "anonymous", via: "mcp", gate: rejectedGate.id }),
       ])
-    } finally {
-      await client.close()
-      server.child.kill("SIGTERM")
-    }
+    })
   }, 90_000)
 
   it("decides as the authenticated user, whom the approvers rule and the audit see", async () => {
-    const server = await servers.start([
-      ...gatesOn,
-      "--mcp-allow-actions",
-      "--basic-auth-username",
-      "alice",
-      "--basic-auth-password",
-      "pw",
-    ])
     const authorization = `Basic ${Buffer.from("alice:pw").toString("base64")}`
-    const api: Api = async (method, path, body) => {
-      const response = await fetch(`${server.url}${path}`, {
-        method,
-        headers: { authorization, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      })
-      const text = await response.text()
-      return { status: response.status, body: text === "" ? undefined : JSON.parse(text), type: null }
-    }
-    const { client, call } = await mcpClient(server.url, { authorization })
-    try {
+    const basicAuth = ["--basic-auth-username", "alice", "--basic-auth-password", "pw"]
+    await withMcp([...gatesOn, "--mcp-allow-actions", ...basicAuth], { authorization }, async (server, { call }) => {
+      const api: Api = async (method, path, body) => {
+        const response = await fetch(`${server.url}${path}`, {
+          method,
+          headers: { authorization, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+          body: body === undefined ? undefined : JSON.stringify(body),
+        })
+        const text = await response.text()
+        return { status: response.status, body: text === "" ? undefined : JSON.parse(text), type: null }
+      }
       const runId = await trigger(api, "mcp-alice", gated(`{ name: "deploy", approvers: 'Name == "alice"' }`))
       const [gate] = await gatesOf(api, runId)
       expect((await call("approve_gate", { gate_id: gate.id })).json).toMatchObject({
@@ -446,34 +450,21 @@ describe("gates through MCP", () => {
       expect(refused.isError).toBe(true)
       expect(refused.text).toContain(quoted(`gate "deploy" may be decided only by users matching Name == "bob"`))
       expect((await api("POST", `/api/runs/${bobs}/stop`)).status).toBe(200)
-      const audit = server
-        .stdout()
-        .split("\n")
-        .filter((line) => line.includes('"kind":"audit"') && line.includes('"gate.'))
-        .map((line) => JSON.parse(line))
-      expect(audit).toEqual([
+      expect(gateAudit(server)).toEqual([
         expect.objectContaining({ msg: "gate.approved", actor: "basic:alice", via: "mcp", gate: gate.id }),
       ])
-    } finally {
-      await client.close()
-      server.child.kill("SIGTERM")
-    }
+    })
   }, 90_000)
 
   it("offers no approve_gate or reject_gate without --mcp-allow-actions", async () => {
-    const server = await servers.start(gatesOn)
-    const { client } = await mcpClient(server.url)
-    try {
+    await withMcp(gatesOn, {}, async (server, { client }) => {
       const names = (await client.listTools()).tools.map((tool) => tool.name)
       expect(names).toContain("get_run")
       expect(names).not.toContain("approve_gate")
       expect(names).not.toContain("reject_gate")
       const answer = await bareToolCall(server.url, "approve_gate", { gate_id: "any" })
       expect(((await answer.json()) as Json).error.message).toContain('unknown tool "approve_gate"; the tools are:')
-    } finally {
-      await client.close()
-      server.child.kill("SIGTERM")
-    }
+    })
   }, 60_000)
 })
 
