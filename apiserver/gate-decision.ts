@@ -2,10 +2,11 @@ import { ApiException } from "@kubernetes/client-node"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
 import { isFinalRunStatus } from "../lib/core/status.ts"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
-import { type GateDecision, type GateObject, gateCreatedAt, isFinalGate, pipelineLabel } from "../lib/kube/resources.ts"
+import { type GateDecision, type GateObject, gateCreatedAt, isFinalGate } from "../lib/kube/resources.ts"
 import { type AuditLog, gateDecisionEntry } from "./audit.ts"
 import type { OwnWrites } from "./kubernetes-audit.ts"
 import type { ResourceIndex } from "./resource-index.ts"
+import { gatePipeline } from "./route-access.ts"
 
 export type GateDecisionDeps = {
   resources: Pick<ResourceClient, "getRun" | "getGate" | "decideGate">
@@ -35,13 +36,8 @@ export function gateView(gate: GateObject) {
   }
 }
 
-/** The pipeline a gate belongs to, as the index knows it (undefined once it is deleted). */
-export function gatePipeline(index: GateDecisionDeps["index"], gate: GateObject) {
-  return index.pipelines.get(gate.metadata?.labels?.[pipelineLabel] ?? "")
-}
-
 /**
- * Writes a decision on `gate` by `decision.by`, who may decide it (gate-access.ts, checked by the
+ * Writes a decision on `gate` by `decision.by`, who may decide it (AccessPolicy, checked by the
  * caller), audits it, and answers the gate once the operator has resolved it. REST and MCP decide
  * through here alike; `via` names MCP in the audit entry. 409 when the gate no longer waits.
  */

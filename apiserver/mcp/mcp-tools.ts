@@ -7,13 +7,13 @@ import { runStatuses } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { PipelineObject, RunObject } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
-import type { Access } from "../access.ts"
-import type { RequestUser } from "../auth/user.ts"
+import type { AccessPolicy } from "../access.ts"
+import { anonymousUser, type RequestUser } from "../auth/user.ts"
 import { findPipeline, isResourceName } from "../find-pipeline.ts"
-import { checkGateAccess } from "../gate-access.ts"
-import { decideGate, type GateDecisionDeps, gatePipeline, gateView } from "../gate-decision.ts"
+import { decideGate, type GateDecisionDeps, gateView } from "../gate-decision.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import type { ResourceIndex } from "../resource-index.ts"
+import { gatePipeline } from "../route-access.ts"
 import { stopRun } from "../stop-run.ts"
 import { pageEnvelope, paginate, pipelineView, runView, taskRecords, taskView } from "../views.ts"
 
@@ -28,6 +28,8 @@ export type McpToolDeps = NewRunDeps &
     allowActions: boolean
     /** The enabled feature names. */
     features: readonly string[]
+    /** What each user may see: the one decision REST asks too. */
+    policy: Pick<AccessPolicy, "mayView" | "check">
     /** True once the process shuts down: trigger_pipeline then answers 503, as REST does. */
     draining?: () => boolean
   }
@@ -41,6 +43,15 @@ const tailChars = 2_000
 const scanChars = 1 << 20
 /** Longer queries are refused: no log line needs more words to be found. */
 const maxQueryChars = 1_000
+
+/** The user of the request a server answers, and what they may see. */
+type Access = {
+  user: RequestUser
+  actor: string
+  mayView(pipeline: PipelineObject | undefined): boolean
+  /** A 403 with the policy's reason when the user may not see it. */
+  check(pipeline: PipelineObject | undefined): void
+}
 
 const runId = z
   .string()
@@ -62,8 +73,8 @@ const perPage = z.number().int().min(1).max(100).default(20).describe("Items per
  * tools costs milliseconds, so servers are reused rather than made per request.
  */
 export function registerTools(server: McpServer, deps: McpToolDeps) {
-  let access: Access = { actor: "", mayView: () => false }
-  let user: RequestUser | undefined
+  // Until a request binds its user: nothing is visible.
+  let access: Access = { user: anonymousUser, actor: "", mayView: () => false, check: () => {} }
   let reads = accessReads(deps, access)
   let fail: (error: unknown) => string = () => "no request is bound to this server"
   const names: string[] = []
@@ -373,14 +384,10 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
         },
         async ({ gate_id, comment }) => {
           const gate = isResourceName(gate_id) ? await deps.resources.getGate(gate_id) : undefined
-          const pipeline = gate === undefined ? undefined : gatePipeline(deps.index, gate)
-          if (gate === undefined || (pipeline !== undefined && !access.mayView(pipeline))) {
-            throw notFound("gate", gate_id, "the waiting run's output names its gate")
-          }
-          if (user === undefined) throw new Error("no request is bound to this server")
-          checkGateAccess(user, gate, pipeline)
-          // The user REST's gate routes see decides and is audited, whoever the Authorize of MCP names.
-          const decision = { phase, by: user.actor, ...(comment === undefined || comment === "" ? {} : { comment }) }
+          if (gate === undefined) throw notFound("gate", gate_id, "the waiting run's output names its gate")
+          // REST's decision: the pipeline's rbac_expression, then the gate's approvers.
+          deps.policy.check(access.user, { pipeline: gatePipeline(deps.index, gate), decide: gate })
+          const decision = { phase, by: access.actor, ...(comment === undefined || comment === "" ? {} : { comment }) }
           return gateView(await decideGate(deps, gate, decision, "mcp"))
         },
         false,
@@ -390,11 +397,14 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
 
   return {
     names,
-    /** The next request's user: what they may see (`seen`), and who they are to a gate's approvers rule. */
-    bind(seen: Access, asker: RequestUser, failure: (error: unknown) => string) {
-      access = seen
-      user = asker
-      reads = accessReads(deps, seen)
+    bind(user: RequestUser, failure: (error: unknown) => string) {
+      access = {
+        user,
+        actor: user.actor,
+        mayView: (pipeline) => deps.policy.mayView(user, pipeline),
+        check: (pipeline) => deps.policy.check(user, { pipeline }),
+      }
+      reads = accessReads(deps, access)
       fail = failure
     },
   }
@@ -452,18 +462,14 @@ const nameOf = (object: { metadata?: { name?: string } }) => object.metadata?.na
 
 /** The reads of one request, each asking `access` what the user may see. */
 function accessReads(deps: McpToolDeps, access: Access) {
-  const forbidden = (what: string) =>
-    new RunnelError(403, "forbidden", `you may not see ${what}; ask its owner to widen its rbac_expression`)
   // Built once per request, on first use: a page of runs needs it for every run.
   let ids: Map<string, string> | undefined
   const pipelineIds = () => {
     ids ??= new Map(deps.index.pipelines.list().map((p) => [nameOf(p), p.metadata?.uid ?? ""]))
     return ids
   }
-  const mayViewRun = (run: RunObject) => {
-    const pipeline = deps.index.pipelines.get(run.spec.pipelineRef.name)
-    return pipeline === undefined || access.mayView(pipeline)
-  }
+  const pipelineOf = (run: RunObject) => deps.index.pipelines.get(run.spec.pipelineRef.name)
+  const mayViewRun = (run: RunObject) => access.mayView(pipelineOf(run))
   const hiddenPipelines = () => deps.index.pipelines.list().filter((pipeline) => !access.mayView(pipeline))
   const runsOf = (pipeline: PipelineObject) =>
     deps.index.runs.page({ pipeline: nameOf(pipeline) }, 0, Number.MAX_SAFE_INTEGER).items
@@ -486,13 +492,13 @@ function accessReads(deps: McpToolDeps, access: Access) {
     async pipeline(key: string): Promise<PipelineObject> {
       const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
       if (pipeline === undefined) throw notFound("pipeline", key, "list_pipelines or search_pipelines give the names")
-      if (!access.mayView(pipeline)) throw forbidden(`pipeline "${key}"`)
+      access.check(pipeline)
       return pipeline
     },
     async run(id: string): Promise<RunObject> {
       const run = isResourceName(id) ? await deps.resources.getRun(id) : undefined
       if (run === undefined) throw notFound("run", id, "list_runs or search_tasks give run ids")
-      if (!mayViewRun(run)) throw forbidden(`run "${id}"`)
+      access.check(pipelineOf(run))
       return run
     },
     async task(id: string, path: string) {
