@@ -11,21 +11,27 @@ export function runnel(
   args: readonly string[],
   options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
 ): Promise<CliResult> {
-  return new Promise((done, fail) => {
-    const child = spawn(runnelBin, args, {
-      cwd: options.cwd ?? root,
-      env: { ...process.env, ...options.env },
-      stdio: ["ignore", "pipe", "pipe"],
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.setEncoding("utf8").on("data", (text: string) => {
-      stdout += text
-    })
-    child.stderr.setEncoding("utf8").on("data", (text: string) => {
-      stderr += text
-    })
-    child.on("error", fail)
-    child.on("close", (code) => done({ code, stdout, stderr }))
+  return startRunnel(args, options).done
+}
+
+/** bin/runnel in its own process, its output read as it comes: for a command a test watches while it runs. */
+export function startRunnel(args: readonly string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}) {
+  const child = spawn(runnelBin, args, {
+    cwd: options.cwd ?? root,
+    env: { ...process.env, ...options.env },
+    stdio: ["ignore", "pipe", "pipe"],
   })
+  let stdout = ""
+  let stderr = ""
+  child.stdout.setEncoding("utf8").on("data", (text: string) => {
+    stdout += text
+  })
+  child.stderr.setEncoding("utf8").on("data", (text: string) => {
+    stderr += text
+  })
+  const done = new Promise<CliResult>((resolve, reject) => {
+    child.on("error", reject)
+    child.on("close", (code) => resolve({ code, stdout, stderr }))
+  })
+  return { child, stdout: () => stdout, stderr: () => stderr, done }
 }
