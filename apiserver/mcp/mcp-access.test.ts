@@ -8,9 +8,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { createEmbeddedApi } from "../../kubeserver/embedded-api.ts"
 import { loadCrds } from "../../kubeserver/resource-types.ts"
 import { quietLog } from "../../lib/core/log.ts"
+import { ResourceClient } from "../../lib/kube/resource-client.ts"
+import { pipelineLabel, runLabel, runnelApiVersion } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../../lib/logs/sqlite-log-store.ts"
 import { openSqliteSecretStore } from "../../lib/secrets/sqlite-secret-store.ts"
+import { mcpClient } from "../../test/mcp-client.ts"
 import { bareToolCall } from "../../test/server-process.ts"
 import { AccessPolicy } from "../access.ts"
 import { startApiServer } from "../app.ts"
@@ -75,7 +78,7 @@ describe("MCP and what a user may see", () => {
       authMode: "oauth",
       policy: new AccessPolicy({ log: quietLog }),
       maxQueueSize: 100,
-      features: [],
+      features: ["gates"],
       maxBodyBytes: 1 << 20,
       webhookTimeoutMs: 1000,
       webhookMaxAgeMs: 60_000,
@@ -124,24 +127,26 @@ describe("MCP and what a user may see", () => {
       logs.append(runId, "pipeline/console", "stdout", `${name} says shibboleth\n`)
     }
     await logs.flush()
+    // No operator runs here: each run's gate is created as the operator creates it, one only "release" may decide.
+    const resources = new ResourceClient(kubeConfig, "default")
+    for (const name of ["visible", "hidden"]) {
+      const runId = runs[name] ?? ""
+      await resources.createGate({
+        apiVersion: runnelApiVersion,
+        kind: "Gate",
+        metadata: { name: `${runId}-gate-1`, labels: { [runLabel]: runId, [pipelineLabel]: name } },
+        spec: { runRef: { name: runId }, name: "deploy", approvers: '"release" in Groups' },
+      })
+    }
   }, 30_000)
   afterAll(async () => {
     for (const close of closers.reverse()) await close()
   })
 
   const clientAs = async (user: string) => {
-    const client = new Client({ name: "access-test", version: "1.0.0" })
-    await client.connect(
-      new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
-        requestInit: { headers: { Authorization: `Bearer ${tokens[user]}` } },
-      }),
-    )
+    const { client, call } = await mcpClient(base, { Authorization: `Bearer ${tokens[user]}` })
     closers.push(() => client.close())
-    return async (name: string, args: Record<string, unknown> = {}) => {
-      const result = await client.callTool({ name, arguments: args })
-      const text = (result.content as { text: string }[])[0]?.text ?? ""
-      return { isError: result.isError === true, text, json: result.isError === true ? undefined : JSON.parse(text) }
-    }
+    return call
   }
 
   it("refuses a request without credentials with 401 when authentication is on", async () => {
@@ -189,6 +194,23 @@ describe("MCP and what a user may see", () => {
       expect(answer.text, name).not.toContain("shibboleth")
     }
     expect((await call("get_run", { run_id: runs.visible ?? "" })).isError).toBe(false)
+  })
+
+  it("refuses approve_gate and reject_gate as REST refuses: the pipeline's rule, then the gate's approvers", async () => {
+    const call = await clientAs("alice")
+    for (const name of ["approve_gate", "reject_gate"]) {
+      const hidden = await call(name, { gate_id: `${runs.hidden}-gate-1` })
+      expect(hidden.isError, name).toBe(true)
+      expect(hidden.text, name).toContain('you (github:alice) may not see pipeline \\"hidden\\"')
+      const visible = await call(name, { gate_id: `${runs.visible}-gate-1` })
+      expect(visible.isError, name).toBe(true)
+      expect(visible.text, name).toContain(
+        'gate \\"deploy\\" may be decided only by users matching \\"release\\" in Groups',
+      )
+    }
+    // admin may see the hidden pipeline: its gate is found, and refused by its approvers rule instead.
+    const admin = await clientAs("admin")
+    expect((await admin("approve_gate", { gate_id: `${runs.hidden}-gate-1` })).text).toContain("may be decided only by")
   })
 
   it("shows the same pipeline to a user who may see it", async () => {

@@ -8,28 +8,31 @@ import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { PipelineObject, RunObject } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import type { AccessPolicy } from "../access.ts"
-import type { AuditLog } from "../audit.ts"
 import { anonymousUser, type RequestUser } from "../auth/user.ts"
 import { findPipeline, isResourceName } from "../find-pipeline.ts"
+import { decideGate, type GateDecisionDeps, gateView } from "../gate-decision.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import type { ResourceIndex } from "../resource-index.ts"
+import { gatePipeline } from "../route-access.ts"
 import { stopRun } from "../stop-run.ts"
 import { pageEnvelope, paginate, pipelineView, runView, taskRecords, taskView } from "../views.ts"
 
-export type McpToolDeps = NewRunDeps & {
-  resources: Pick<ResourceClient, "getRun" | "getPipeline" | "patchRun" | "createRun">
-  index: Pick<ResourceIndex, "pipelines" | "runs">
-  logs: Pick<LogStore, "tasks" | "outputPage" | "search" | "attach">
-  /** The driver of a pipeline stored without one. */
-  defaultDriver: string
-  /** `--mcp-allow-actions`: trigger_pipeline and stop_run exist only then. */
-  allowActions: boolean
-  audit: AuditLog
-  /** What each user may see: the one decision REST asks too. */
-  policy: Pick<AccessPolicy, "mayView" | "check">
-  /** True once the process shuts down: trigger_pipeline then answers 503, as REST does. */
-  draining?: () => boolean
-}
+export type McpToolDeps = NewRunDeps &
+  GateDecisionDeps & {
+    resources: Pick<ResourceClient, "getRun" | "getPipeline" | "patchRun" | "createRun">
+    index: Pick<ResourceIndex, "pipelines" | "runs">
+    logs: Pick<LogStore, "tasks" | "outputPage" | "search" | "attach">
+    /** The driver of a pipeline stored without one. */
+    defaultDriver: string
+    /** `--mcp-allow-actions`: trigger_pipeline and stop_run exist only then, and approve_gate and reject_gate with `gates`. */
+    allowActions: boolean
+    /** The enabled feature names. */
+    features: readonly string[]
+    /** What each user may see: the one decision REST asks too. */
+    policy: Pick<AccessPolicy, "mayView" | "check">
+    /** True once the process shuts down: trigger_pipeline then answers 503, as REST does. */
+    draining?: () => boolean
+  }
 
 /** Characters of each stream get_run_task returns when no `limit` is given. */
 const defaultPageChars = 100_000
@@ -361,6 +364,35 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
       },
       false,
     )
+  }
+
+  if (deps.allowActions && deps.features.includes("gates")) {
+    for (const phase of ["approved", "rejected"] as const) {
+      const [name, effect] =
+        phase === "approved"
+          ? ["approve_gate", "the run goes on past it"]
+          : ["reject_gate", "the pipeline sees the gate fail (a script's pipeline.gate throws, a YAML gate step fails)"]
+      tool(
+        name,
+        `Decides a gate a run waits on: ${effect}. Answers the gate: id, run_id, name, status (approved, rejected; pending if the run has not taken the decision yet), resolved_by, comment. A waiting run's output names its gate: 'waiting for approval of gate "<name>" (id <gate_id>)'; get_task_output with pattern "waiting for approval" finds it. Refused when the gate's approvers rule does not match you, and when it is already decided or its run has ended.`,
+        {
+          gate_id: z
+            .string()
+            .min(1)
+            .describe("The gate's id, as the run's output names it, for example \"run-mfa3k2-1a2b3c4d-gate-1\"."),
+          comment: z.string().optional().describe("Why, recorded with the decision."),
+        },
+        async ({ gate_id, comment }) => {
+          const gate = isResourceName(gate_id) ? await deps.resources.getGate(gate_id) : undefined
+          if (gate === undefined) throw notFound("gate", gate_id, "the waiting run's output names its gate")
+          // REST's decision: the pipeline's rbac_expression, then the gate's approvers.
+          deps.policy.check(access.user, { pipeline: gatePipeline(deps.index, gate), decide: gate })
+          const decision = { phase, by: access.actor, ...(comment === undefined || comment === "" ? {} : { comment }) }
+          return gateView(await decideGate(deps, gate, decision, "mcp"))
+        },
+        false,
+      )
+    }
   }
 
   return {
