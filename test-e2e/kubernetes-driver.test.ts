@@ -3,7 +3,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { CoreV1Api } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { runnel } from "../test/cli.ts"
+import { type CliResult, runnel } from "../test/cli.ts"
 import { clusterConfig, type E2eServer, eventually, haveCluster, namespaceName, startServer } from "./cluster.ts"
 
 // The examples of issue 17's "Done when" with `--driver kubernetes`: `runnel server --kubeconfig $KUBECONFIG`
@@ -49,65 +49,72 @@ describe.skipIf(!haveCluster)("runnel server --driver kubernetes: tasks as Pods 
     }
   }
 
-  it("hello: one task's output reaches the script", async () => {
-    await set("examples/hello.ts")
-    const run = await cli("run", "hello")
-    expect(run.code, run.stderr).toBe(0)
-    expect(run.stdout).toContain("hello from runnel\n")
-    expect(run.stdout).toContain("the task said: hello from runnel\n")
-    await leavesNothing()
-  })
+  type Example = { file: string; set?: string[]; args?: string[]; code: number; check: (run: CliResult) => void }
+  const examples: Example[] = [
+    {
+      file: "hello.ts",
+      code: 0,
+      check: ({ stdout }) => expect(stdout).toContain("hello from runnel\nthe task said: hello from runnel\n"),
+    },
+    {
+      file: "parallel.ts",
+      code: 0,
+      check: ({ stdout }) => {
+        for (const name of ["one", "two", "three"]) expect(stdout).toContain(`${name}\n`)
+        expect(stdout).toContain("all 3 tasks succeeded\n")
+      },
+    },
+    {
+      file: "shared-volume.ts",
+      code: 0,
+      check: ({ stdout }) => expect(stdout).toContain("the second task read what the first one wrote\n"),
+    },
+    {
+      file: "env-and-args.ts",
+      set: ["-e", `GREETING=${secretValue}`],
+      args: ["--", "first", "second"],
+      code: 0,
+      check: ({ stdout, stderr }) => {
+        for (const line of ["args: first second", "target: staging", "greeting: ***REDACTED***"]) {
+          expect(stdout).toContain(`${line}\n`)
+        }
+        expect(stdout + stderr).not.toContain(secretValue)
+      },
+    },
+    {
+      file: "failing-task.ts",
+      code: 0,
+      check: ({ stdout, stderr }) => {
+        expect(stderr).toContain("about to fail\n")
+        expect(stdout).toContain("the check task exited 3; handled, carrying on\n")
+      },
+    },
+    {
+      file: "throwing.ts",
+      code: 1,
+      check: ({ stdout, stderr }) => {
+        expect(stdout).toContain("found version: 1.4.0-dev\n")
+        expect(stderr).toMatch(/Error: deploy refused: version is not tagged \(at throwing\.ts:\d+:\d+\)/)
+      },
+    },
+  ]
 
-  it("parallel: three tasks at once", async () => {
-    await set("examples/parallel.ts")
-    const run = await cli("run", "parallel")
-    expect(run.code, run.stderr).toBe(0)
-    for (const name of ["one", "two", "three"]) expect(run.stdout).toContain(`${name}\n`)
-    expect(run.stdout).toContain("all 3 tasks succeeded\n")
-    await leavesNothing()
-  })
-
-  it("shared volume: the second task reads what the first wrote (a claim of the run)", async () => {
-    await set("examples/shared-volume.ts")
-    const run = await cli("run", "shared-volume")
-    expect(run.code, run.stderr).toBe(0)
-    expect(run.stdout).toContain("the second task read what the first one wrote\n")
-    await leavesNothing()
-    await eventually(
-      async () => (await core.listNamespacedPersistentVolumeClaim({ namespace })).items.length,
-      (claims) => claims === 0,
-      "the run's claims are deleted with it",
-    )
-  })
-
-  it("env and secrets: args and env reach the task, the secret only redacted, in no Pod or Secret after", async () => {
-    await set("examples/env-and-args.ts", "-e", `GREETING=${secretValue}`)
-    const run = await cli("run", "env-and-args", "--", "first", "second")
-    expect(run.code, run.stderr).toBe(0)
-    expect(run.stdout).toContain("args: first second\n")
-    expect(run.stdout).toContain("target: staging\n")
-    expect(run.stdout).toContain("greeting: ***REDACTED***\n")
-    expect(run.stdout + run.stderr).not.toContain(secretValue)
-    await leavesNothing()
-  })
-
-  it("failing task: its exit code reaches the script, which handles it", async () => {
-    await set("examples/failing-task.ts")
-    const run = await cli("run", "failing-task")
-    expect(run.code, run.stderr).toBe(0)
-    expect(run.stderr).toContain("about to fail\n")
-    expect(run.stdout).toContain("the check task exited 3; handled, carrying on\n")
-    await leavesNothing()
-  })
-
-  it("throwing pipeline: the run fails with the error and its line, exit 1", async () => {
-    await set("examples/throwing.ts")
-    const run = await cli("run", "throwing")
-    expect(run.code).toBe(1)
-    expect(run.stdout).toContain("found version: 1.4.0-dev\n")
-    expect(run.stderr).toMatch(/Error: deploy refused: version is not tagged \(at throwing\.ts:\d+:\d+\)/)
-    await leavesNothing()
-  })
+  it.each(examples)(
+    "runs examples/$file with exit code $code, its Pods, Secrets and claims gone after",
+    async ({ file, set: setArgs = [], args = [], code, check }) => {
+      await set(`examples/${file}`, ...setArgs)
+      const run = await cli("run", file.replace(/\.ts$/, ""), ...args)
+      expect(run.code, run.stderr).toBe(code)
+      check(run)
+      await leavesNothing()
+      // A run's claims are deleted with it (YAML caches, below, outlive it).
+      await eventually(
+        async () => (await core.listNamespacedPersistentVolumeClaim({ namespace })).items.length,
+        (claims) => claims === 0,
+        "the run's claims are deleted",
+      )
+    },
+  )
 
   it("a YAML pipeline with a get, a task and a cache: the cache claim outlives the run", async () => {
     const file = join(work, "get-task-cache.yml")
