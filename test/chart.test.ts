@@ -81,7 +81,9 @@ describe("the Helm chart charts/runnel (static checks)", () => {
 
   it("passes runnel server only flags it accepts", () => {
     const args = [...deployment.matchAll(/^\s+- (--[a-z0-9-]+)(?:=|$)/gm)].map((match) => match[1] ?? "")
-    expect(args).toEqual(expect.arrayContaining(["--host", "--driver", "--allowed-features", "--schedules-mode"]))
+    expect(args).toEqual(
+      expect.arrayContaining(["--host", "--driver", "--allowed-features", "--schedules-mode", "--task-volume-size"]),
+    )
     for (const arg of args) expect(flagNamed(arg.slice(2)), `runnel server accepts ${arg}`).toBeDefined()
     expect(deployment).toMatch(/args:\n\s+- server\n/)
   })
