@@ -150,6 +150,11 @@ async function sandboxStart() {
     respond: () => false,
     webhookTrigger: () => true,
     gate: async () => ({}),
+    fetch: async () => ({ status: 200, statusText: "OK", url: "", headers: [], body: new Uint8Array() }),
+    decodeUtf8: () => "",
+    notifyConfigs: () => {},
+    notifySend: async () => {},
+    resource: async () => ({}),
   }
   const globals = { pipelineContext: {}, request: undefined }
   const limits = { memoryMb: 128, timeoutMs: 60_000 }

@@ -176,7 +176,11 @@ function answerClientErrors(http: Server): void {
     }
     const [status, reason, message] =
       error.code === "HPE_HEADER_OVERFLOW"
-        ? [431, "Request Header Fields Too Large", "the request line and headers exceed 16 KiB; send less in the URL"]
+        ? [
+            431,
+            "Request Header Fields Too Large",
+            "the request line and headers exceed 16 KiB; send a shorter URL or shorter headers (a runnel token is well under 2 KiB)",
+          ]
         : error.code === "HPE_INVALID_METHOD"
           ? [400, "Bad Request", "the request method is not one HTTP knows; use GET, PUT, POST or DELETE"]
           : [400, "Bad Request", `the request is not valid HTTP (${error.code ?? error.message})`]

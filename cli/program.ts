@@ -27,9 +27,9 @@ const program = new Program()
 
 /**
  * A serving role: its flag table and description here; on start, its settings (a bad flag fails
- * before anything heavy loads), then `run` imports the role's code and starts it.
+ * before anything heavy loads) and their warnings, then `run` imports the role's code and starts it.
  */
-function role<S>(
+function role<S extends object>(
   name: string,
   description: string,
   flags: readonly FlagSpec[],
@@ -38,7 +38,12 @@ function role<S>(
 ): void {
   const command = program.command(name).description(description)
   addFlags(command, flags)
-  command.action(async (options: Options) => run(settingsOf(options, drivers.names())))
+  command.action(async (options: Options) => {
+    const settings = settingsOf(options, drivers.names())
+    const warnings = "warnings" in settings ? (settings.warnings as readonly string[]) : []
+    for (const warning of warnings) process.stderr.write(`${warning}\n`)
+    await run(settings)
+  })
 }
 
 role(

@@ -36,6 +36,7 @@ const domainFree = ["crypto", "sqlite"]
 export const packagePlaces: Readonly<Record<string, readonly string[]>> = {
   "isolated-vm": ["operator/engine/sandbox/"],
   dockerode: ["operator/drivers/docker/"],
+  "isomorphic-git": ["operator/engine/resources/"],
   koa: ["apiserver/"],
   "@koa/router": ["apiserver/"],
   "@kubernetes/client-node": ["lib/kube/", "operator/", "apiserver/", "cli/"],

@@ -7,24 +7,27 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { createEmbeddedApi } from "../../kubeserver/embedded-api.ts"
 import { loadCrds } from "../../kubeserver/resource-types.ts"
-import { RunnelError } from "../../lib/core/errors.ts"
 import { quietLog } from "../../lib/core/log.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../../lib/logs/sqlite-log-store.ts"
 import { openSqliteSecretStore } from "../../lib/secrets/sqlite-secret-store.ts"
 import { bareToolCall } from "../../test/server-process.ts"
-import type { Authorize } from "../access.ts"
+import { AccessPolicy } from "../access.ts"
 import { startApiServer } from "../app.ts"
 import { authenticator } from "../auth/authenticate.ts"
+import { issueToken } from "../auth/session-token.ts"
+import { testUser } from "../auth/test-user.fixture.ts"
 
-// The access seam of MCP with the real API server (embedded Kubernetes API, SQLite stores, HTTP): an
-// Authorize like the one authentication will plug in hides the pipeline "hidden" from alice, shows it to
-// admin, and refuses a request without an Authorization header. Each tool must obey it.
-const authorize: Authorize = (authorization) => {
-  if (authorization === undefined)
-    throw new RunnelError(401, "unauthorized", "authentication required: send Authorization: Bearer <token>")
-  const user = authorization.replace(/^Bearer /, "")
-  return { actor: `test:${user}`, mayView: (pipeline) => user === "admin" || pipeline.metadata?.name !== "hidden" }
+// MCP's access with the real API server (embedded Kubernetes API, SQLite stores, HTTP) in OAuth mode:
+// the pipeline "hidden" has an rbac_expression only admin matches; alice's token may see the rest, and
+// a request without an Authorization header is refused. Each tool must obey it.
+const sessionSecret = "an MCP test's session secret, 32+ characters long"
+const tokens: Record<string, string> = {}
+const oauth = {
+  mode: "oauth" as const,
+  sessionSecret,
+  callbackUrl: "http://127.0.0.1:1",
+  providers: [{ name: "github" as const, clientId: "id", clientSecret: "secret", url: "http://127.0.0.1:1" }],
 }
 
 const script = (line: string) => `export const pipeline = async () => { console.log(${JSON.stringify(line)}) }\n`
@@ -68,14 +71,15 @@ describe("MCP and what a user may see", () => {
       secrets,
       defaultDriver: "native",
       allowedDrivers: ["native"],
-      authenticate: authenticator({ mode: "open" }),
+      authenticate: authenticator(oauth),
+      authMode: "oauth",
+      policy: new AccessPolicy({ log: quietLog }),
       maxQueueSize: 100,
       features: [],
       maxBodyBytes: 1 << 20,
       webhookTimeoutMs: 1000,
       webhookMaxAgeMs: 60_000,
       mcpAllowActions: true,
-      authorize,
       log: quietLog,
       audit: () => {},
     })
@@ -87,14 +91,24 @@ describe("MCP and what a user may see", () => {
       () => http.closeAllConnections(),
     )
     base = `http://127.0.0.1:${(http.address() as AddressInfo).port}`
+    for (const [nick, groups] of [
+      ["alice", []],
+      ["admin", ["admins"]],
+    ] as const) {
+      tokens[nick] = await issueToken(sessionSecret, testUser(nick, groups))
+    }
+    const asAdmin = { Authorization: `Bearer ${tokens.admin}` }
     for (const name of ["visible", "hidden"]) {
       const put = await fetch(`${base}/api/pipelines/${name}`, {
         method: "PUT",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ content: script(`${name} says shibboleth`) }),
+        headers: { "Content-Type": "application/json", ...asAdmin },
+        body: JSON.stringify({
+          content: script(`${name} says shibboleth`),
+          ...(name === "hidden" ? { rbac_expression: '"admins" in Groups' } : {}),
+        }),
       })
       expect(put.status).toBe(201)
-      const trigger = await fetch(`${base}/api/pipelines/${name}/trigger`, { method: "POST" })
+      const trigger = await fetch(`${base}/api/pipelines/${name}/trigger`, { method: "POST", headers: asAdmin })
       runs[name] = ((await trigger.json()) as { run_id: string }).run_id
       // No operator runs here: the output is stored as the operator would store it.
       const runId = runs[name] ?? ""
@@ -119,7 +133,7 @@ describe("MCP and what a user may see", () => {
     const client = new Client({ name: "access-test", version: "1.0.0" })
     await client.connect(
       new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
-        requestInit: { headers: { Authorization: `Bearer ${user}` } },
+        requestInit: { headers: { Authorization: `Bearer ${tokens[user]}` } },
       }),
     )
     closers.push(() => client.close())
@@ -133,11 +147,13 @@ describe("MCP and what a user may see", () => {
   it("refuses a request without credentials with 401 when authentication is on", async () => {
     const response = await bareToolCall(base, "list_pipelines")
     expect(response.status).toBe(401)
-    expect(response.headers.get("www-authenticate")).toContain("Bearer")
-    expect(await response.json()).toMatchObject({
-      id: 1,
-      error: { message: expect.stringContaining("authentication required") },
+    expect(response.headers.get("www-authenticate")).toBe('Bearer realm="runnel"')
+    expect(await response.json()).toEqual({ error: expect.stringContaining("authentication required") })
+    const client = new Client({ name: "access-test", version: "1.0.0" })
+    const forged = new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${tokens.alice}x` } },
     })
+    await expect(client.connect(forged)).rejects.toThrow(/401|bad signature/)
   })
 
   it("leaves a pipeline the user may not see out of every list and search", async () => {
@@ -169,7 +185,7 @@ describe("MCP and what a user may see", () => {
     for (const [name, args] of refused) {
       const answer = await call(name, args)
       expect(answer.isError, name).toBe(true)
-      expect(answer.text, name).toContain("you may not see")
+      expect(answer.text, name).toContain('you (github:alice) may not see pipeline \\"hidden\\"')
       expect(answer.text, name).not.toContain("shibboleth")
     }
     expect((await call("get_run", { run_id: runs.visible ?? "" })).isError).toBe(false)

@@ -7,8 +7,9 @@ import { runStatuses } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { PipelineObject, RunObject } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
-import type { Access } from "../access.ts"
+import type { AccessPolicy } from "../access.ts"
 import type { AuditLog } from "../audit.ts"
+import { anonymousUser, type RequestUser } from "../auth/user.ts"
 import { findPipeline, isResourceName } from "../find-pipeline.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import type { ResourceIndex } from "../resource-index.ts"
@@ -24,6 +25,8 @@ export type McpToolDeps = NewRunDeps & {
   /** `--mcp-allow-actions`: trigger_pipeline and stop_run exist only then. */
   allowActions: boolean
   audit: AuditLog
+  /** What each user may see: the one decision REST asks too. */
+  policy: Pick<AccessPolicy, "mayView" | "check">
   /** True once the process shuts down: trigger_pipeline then answers 503, as REST does. */
   draining?: () => boolean
 }
@@ -37,6 +40,15 @@ const tailChars = 2_000
 const scanChars = 1 << 20
 /** Longer queries are refused: no log line needs more words to be found. */
 const maxQueryChars = 1_000
+
+/** The user of the request a server answers, and what they may see. */
+type Access = {
+  user: RequestUser
+  actor: string
+  mayView(pipeline: PipelineObject | undefined): boolean
+  /** A 403 with the policy's reason when the user may not see it. */
+  check(pipeline: PipelineObject | undefined): void
+}
 
 const runId = z
   .string()
@@ -58,7 +70,8 @@ const perPage = z.number().int().min(1).max(100).default(20).describe("Items per
  * tools costs milliseconds, so servers are reused rather than made per request.
  */
 export function registerTools(server: McpServer, deps: McpToolDeps) {
-  let access: Access = { actor: "", mayView: () => false }
+  // Until a request binds its user: nothing is visible.
+  let access: Access = { user: anonymousUser, actor: "", mayView: () => false, check: () => {} }
   let reads = accessReads(deps, access)
   let fail: (error: unknown) => string = () => "no request is bound to this server"
   const names: string[] = []
@@ -352,9 +365,14 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
 
   return {
     names,
-    bind(user: Access, failure: (error: unknown) => string) {
-      access = user
-      reads = accessReads(deps, user)
+    bind(user: RequestUser, failure: (error: unknown) => string) {
+      access = {
+        user,
+        actor: user.actor,
+        mayView: (pipeline) => deps.policy.mayView(user, pipeline),
+        check: (pipeline) => deps.policy.check(user, { pipeline }),
+      }
+      reads = accessReads(deps, access)
       fail = failure
     },
   }
@@ -412,18 +430,14 @@ const nameOf = (object: { metadata?: { name?: string } }) => object.metadata?.na
 
 /** The reads of one request, each asking `access` what the user may see. */
 function accessReads(deps: McpToolDeps, access: Access) {
-  const forbidden = (what: string) =>
-    new RunnelError(403, "forbidden", `you may not see ${what}; ask its owner to widen its rbac_expression`)
   // Built once per request, on first use: a page of runs needs it for every run.
   let ids: Map<string, string> | undefined
   const pipelineIds = () => {
     ids ??= new Map(deps.index.pipelines.list().map((p) => [nameOf(p), p.metadata?.uid ?? ""]))
     return ids
   }
-  const mayViewRun = (run: RunObject) => {
-    const pipeline = deps.index.pipelines.get(run.spec.pipelineRef.name)
-    return pipeline === undefined || access.mayView(pipeline)
-  }
+  const pipelineOf = (run: RunObject) => deps.index.pipelines.get(run.spec.pipelineRef.name)
+  const mayViewRun = (run: RunObject) => access.mayView(pipelineOf(run))
   const hiddenPipelines = () => deps.index.pipelines.list().filter((pipeline) => !access.mayView(pipeline))
   const runsOf = (pipeline: PipelineObject) =>
     deps.index.runs.page({ pipeline: nameOf(pipeline) }, 0, Number.MAX_SAFE_INTEGER).items
@@ -446,13 +460,13 @@ function accessReads(deps: McpToolDeps, access: Access) {
     async pipeline(key: string): Promise<PipelineObject> {
       const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
       if (pipeline === undefined) throw notFound("pipeline", key, "list_pipelines or search_pipelines give the names")
-      if (!access.mayView(pipeline)) throw forbidden(`pipeline "${key}"`)
+      access.check(pipeline)
       return pipeline
     },
     async run(id: string): Promise<RunObject> {
       const run = isResourceName(id) ? await deps.resources.getRun(id) : undefined
       if (run === undefined) throw notFound("run", id, "list_runs or search_tasks give run ids")
-      if (!mayViewRun(run)) throw forbidden(`run "${id}"`)
+      access.check(pipelineOf(run))
       return run
     },
     async task(id: string, path: string) {

@@ -4,25 +4,20 @@ import type { Middleware } from "koa"
 import { badRequest, featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
-import {
-  type GateDecision,
-  type GateObject,
-  gateCreatedAt,
-  isFinalGate,
-  pipelineLabel,
-} from "../../lib/kube/resources.ts"
+import { type GateDecision, type GateObject, gateCreatedAt, isFinalGate } from "../../lib/kube/resources.ts"
+import type { AccessPolicy } from "../access.ts"
 import { type AuditLog, gateDecisionEntry } from "../audit.ts"
 import { requestUser } from "../auth/authenticate.ts"
-import type { RequestUser } from "../auth/user.ts"
 import { objectBody, onlyFields } from "../body.ts"
-import { isResourceName } from "../find-pipeline.ts"
-import { checkGateAccess, gateAccess } from "../gate-access.ts"
 import type { OwnWrites } from "../kubernetes-audit.ts"
 import type { ResourceIndex } from "../resource-index.ts"
+import { checked, gatePipeline, type RouteAccess } from "../route-access.ts"
 import { queryString } from "../views.ts"
 
 export type GateRoutesDeps = {
   resources: Pick<ResourceClient, "getRun" | "getGate" | "listGates" | "decideGate">
+  policy: Pick<AccessPolicy, "mayView" | "check">
+  access: RouteAccess
   index: Pick<ResourceIndex, "pipelines">
   /** The enabled feature names: every gate path answers 403 unless `gates` is one. */
   features: readonly string[]
@@ -56,7 +51,7 @@ const gatePhases: readonly string[] = ["pending", "approved", "rejected", "expir
 const byCreation = (a: GateObject, b: GateObject) => gateCreatedAt(a) - gateCreatedAt(b)
 
 /** Gates over the Gate resource (contract.md sections 4 and 7): list, read, approve, reject. */
-export function gateRoutes({ resources, index, features, audit, own }: GateRoutesDeps): Router {
+export function gateRoutes({ resources, index, features, audit, own, policy, access }: GateRoutesDeps): Router {
   const router = new Router()
   // Every gate path: checked first, so a disabled feature answers 403 whatever the request.
   const enabled: Middleware = async (_ctx, next) => {
@@ -64,54 +59,45 @@ export function gateRoutes({ resources, index, features, audit, own }: GateRoute
     await next()
   }
 
-  const pipelineOf = (gate: GateObject) => index.pipelines.get(gate.metadata?.labels?.[pipelineLabel] ?? "")
-  // A gate of a pipeline the user may not see is absent everywhere: from lists, and 404 on its own paths.
-  const visible = (user: RequestUser) => (gate: GateObject) => gateAccess(user, gate, pipelineOf(gate)) !== "hidden"
-  const found = async (id: string, user: RequestUser) => {
-    const gate = isResourceName(id) ? await resources.getGate(id) : undefined
-    if (gate === undefined || !visible(user)(gate)) throw notFound("gate", id)
-    return gate
-  }
+  const pipelineOf = (gate: GateObject) => gatePipeline(index, gate)
 
-  router.get("/api/runs/:id/gates", enabled, async (ctx) => {
-    const id = ctx.params.id ?? ""
-    const run = isResourceName(id) ? await resources.getRun(id) : undefined
-    if (run === undefined) throw notFound("run", id)
-    ctx.body = (await resources.listGates(id))
-      .filter(visible(requestUser(ctx)))
-      .sort(byCreation)
-      .map(gateView)
+  // The run's check already refused a user who may not see its pipeline, and its gates share it.
+  router.get("/api/runs/:id/gates", enabled, access.run, async (ctx) => {
+    const id = checked.run(ctx.state).metadata?.name ?? ""
+    ctx.body = (await resources.listGates(id)).sort(byCreation).map(gateView)
   })
 
-  router.get("/api/gates", enabled, async (ctx) => {
+  // A gate of a pipeline the user may not see is absent from the list, and 403 on its own paths.
+  router.get("/api/gates", enabled, access.user, async (ctx) => {
     const status = queryString(ctx.query, "status")
     if (status !== undefined && !gatePhases.includes(status)) {
       throw badRequest(`?status=${status} is not a gate status; known: ${gatePhases.join(", ")}`)
     }
     const run = queryString(ctx.query, "run_id")
     const gates = await resources.listGates(run)
+    const user = requestUser(ctx)
     ctx.body = gates
-      .filter(visible(requestUser(ctx)))
+      .filter((gate) => policy.mayView(user, pipelineOf(gate)))
       .filter((gate) => status === undefined || (gate.status?.phase ?? "pending") === status)
       .sort(byCreation)
       .map(gateView)
   })
 
-  router.get("/api/gates/:id", enabled, async (ctx) => {
-    ctx.body = gateView(await found(ctx.params.id ?? "", requestUser(ctx)))
+  router.get("/api/gates/:id", enabled, access.gate, async (ctx) => {
+    ctx.body = gateView(checked.gate(ctx.state))
   })
 
   for (const phase of ["approved", "rejected"] as const) {
     const action = phase === "approved" ? "approve" : "reject"
-    router.post(`/api/gates/:id/${action}`, enabled, async (ctx) => {
+    router.post(`/api/gates/:id/${action}`, enabled, access.gate, async (ctx) => {
       const body = objectBody(ctx.state.body, { required: false })
       onlyFields(body, ["comment"])
       if (body.comment !== undefined && typeof body.comment !== "string") {
         throw badRequest(`"comment" must be a string, not ${typeof body.comment}`)
       }
       const user = requestUser(ctx)
-      const gate = await found(ctx.params.id ?? "", user)
-      checkGateAccess(user, gate, pipelineOf(gate))
+      const gate = checked.gate(ctx.state)
+      policy.check(user, { pipeline: pipelineOf(gate), decide: gate })
       const id = gate.metadata?.name ?? ""
       await refuseDecided(gate, resources)
       const decision: GateDecision = {

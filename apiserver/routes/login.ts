@@ -12,6 +12,7 @@ import { issueToken, tokenLifetimeSeconds, unauthorized, verifyToken } from "../
 import { providerUser, type RequestUser } from "../auth/user.ts"
 import { formBody } from "../body.ts"
 import { OAuthError } from "../errors.ts"
+import { withoutUser } from "../route-access.ts"
 
 /** What the login needs when the server runs in OAuth mode. */
 export type Login = {
@@ -53,8 +54,9 @@ const deviceGrantType = "urn:ietf:params:oauth:grant-type:device_code"
  */
 export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceGrants }: LoginRoutesDeps): Router {
   const router = new Router()
+  const noUser = withoutUser("login")
   if (login === undefined) {
-    router.all(/^\/auth(\/.*)?$/, () => {
+    router.all(/^\/auth(\/.*)?$/, noUser, () => {
       throw new RunnelError(
         404,
         "no_login",
@@ -89,7 +91,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     return token === undefined ? undefined : verifyToken(sessionSecret, token).catch(() => undefined)
   }
 
-  router.get("/auth/login", async (ctx) => {
+  router.get("/auth/login", noUser, async (ctx) => {
     const next = returnPath(ctx.query.next)
     const user = await cookieUser(ctx)
     const buttons = providers.all
@@ -107,7 +109,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     show(ctx, 200, "Log in to runnel", `${who}\n${buttons}`)
   })
 
-  router.get("/auth/:provider/login", (ctx) => {
+  router.get("/auth/:provider/login", noUser, (ctx) => {
     const provider = providers.get(ctx.params.provider as string)
     const next = returnPath(ctx.query.next)
     const { state, codeVerifier } = pending.start(provider.segment, next)
@@ -116,7 +118,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     ctx.redirect(provider.authorizationUrl(state, codeVerifier).toString())
   })
 
-  router.get("/auth/:provider/callback", async (ctx) => {
+  router.get("/auth/:provider/callback", noUser, async (ctx) => {
     const provider = providers.get(ctx.params.provider as string)
     const failed = (reason: string) =>
       audit({
@@ -178,7 +180,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     ctx.redirect(started.next)
   })
 
-  router.get("/auth/logout", (ctx) => {
+  router.get("/auth/logout", noUser, (ctx) => {
     show(
       ctx,
       200,
@@ -186,13 +188,13 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
       `<form method="post" action="/auth/logout"><button type="submit">Log out</button></form>`,
     )
   })
-  router.post("/auth/logout", (ctx) => {
+  router.post("/auth/logout", noUser, (ctx) => {
     setCookie(ctx, sessionCookieName, null, { path: "/" })
     ctx.status = 303
     ctx.redirect("/auth/login")
   })
 
-  router.post("/auth/device/code", async (ctx) => {
+  router.post("/auth/device/code", noUser, async (ctx) => {
     await form(ctx)
     const grant = grants.start()
     const verificationUri = `${callbackUrl}/auth/device`
@@ -207,7 +209,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     }
   })
 
-  router.post("/auth/device/token", async (ctx) => {
+  router.post("/auth/device/token", noUser, async (ctx) => {
     ctx.set("Cache-Control", "no-store")
     const fields = await form(ctx)
     const grantType = fields.get("grant_type")
@@ -240,7 +242,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
 </form>`
   const unknownCode = "That code is unknown, expired or already used. Run runnel login again for a new one."
 
-  router.get("/auth/device", async (ctx) => {
+  router.get("/auth/device", noUser, async (ctx) => {
     const user = await cookieUser(ctx)
     if (user === undefined) {
       ctx.redirect(`/auth/login?next=${encodeURIComponent(ctx.url)}`)
@@ -269,7 +271,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     )
   })
 
-  router.post("/auth/device", async (ctx) => {
+  router.post("/auth/device", noUser, async (ctx) => {
     const fields = await form(ctx)
     const user = await cookieUser(ctx)
     if (user === undefined) throw unauthorized("log in at /auth/login before approving a device code")

@@ -11,7 +11,14 @@ import {
   mockPutVersion,
   mockType,
 } from "./mock-resource.ts"
-import { checkVersions, fetchedVersion, parseAnswer, protocolTask, withDefaults } from "./resource-protocol.ts"
+import {
+  checkVersions,
+  coreTypes,
+  fetchedVersion,
+  parseAnswer,
+  protocolTask,
+  withDefaults,
+} from "./resource-protocol.ts"
 import {
   type Artifact,
   artifactVolume,
@@ -27,25 +34,6 @@ import { registryImage } from "./task-step.ts"
 import { interpolate } from "./vars.ts"
 import { type MetadataField, sameVersion, type Version } from "./versions.ts"
 
-/**
- * Concourse's own resource types, which its workers carry and runnel pulls as
- * `concourse/<type>-resource` when the pipeline does not declare them.
- */
-const coreTypes = new Set([
-  "git",
-  "registry-image",
-  "docker-image",
-  "time",
-  "s3",
-  "semver",
-  "github-release",
-  "pool",
-  "hg",
-  "cf",
-  "bosh-io-release",
-  "bosh-io-stemcell",
-  "tracker",
-])
 const imageTypes = new Set(["registry-image", "docker-image"])
 
 type Impl =
