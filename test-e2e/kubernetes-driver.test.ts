@@ -61,7 +61,7 @@ describe.skipIf(!haveCluster)("runnel server --driver kubernetes: tasks as Pods 
       code: 0,
       check: ({ stdout }) => {
         for (const name of ["one", "two", "three"]) expect(stdout).toContain(`${name}\n`)
-        expect(stdout).toContain("all 3 tasks succeeded\n")
+        expect(stdout).toContain("all 3 tasks ran at the same time and succeeded\n")
       },
     },
     {
