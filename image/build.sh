@@ -54,5 +54,10 @@ done | sort -u | while read -r library; do
   cp -L "$library" "$rootfs$library"
 done
 
+previous=$(docker image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 docker build --quiet -t "$tag" -f image/Dockerfile "$context" >/dev/null
+# The image this tag named before, untagged now: removed unless a container still uses it.
+if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect --format '{{.Id}}' "$tag")" ]; then
+  docker rmi "$previous" >/dev/null 2>&1 || true
+fi
 echo "$tag"
