@@ -28,6 +28,7 @@ import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
 import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
 import { type ScheduleRoutesDeps, scheduleRoutes } from "./routes/schedules.ts"
 import { type WebhookRoutesDeps, webhookRoutes } from "./routes/webhooks.ts"
+import { uiRoutes } from "./ui/ui-routes.ts"
 
 export type ApiServerDeps = {
   /**
@@ -82,7 +83,7 @@ export type ApiServerDeps = {
   draining?: () => boolean
 }
 
-/** The REST API under /api as a Koa app; `app.callback()` is a node:http handler. */
+/** The REST API under /api and the web UI at / as a Koa app; `app.callback()` is a node:http handler. */
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
@@ -90,6 +91,11 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
   const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes })
   app.use(login.routes()).use(login.allowedMethods())
+  // The UI's page and assets hold no data. With a browser login they load without it, and the API's 401
+  // sends the page to /auth/login; with Basic Auth they come after authentication, whose 401 challenge
+  // brings up the browser's own password prompt, and the browser then sends the answer with each call.
+  const ui = uiRoutes()
+  if (deps.login !== undefined) app.use(ui.routes())
   app.use(authentication({ ...deps, challenge: challengeOf(deps.authMode) }))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
   app.use(lazyMcp({ ...deps, allowActions: deps.mcpAllowActions }))
@@ -107,6 +113,7 @@ export function createApiServer(deps: ApiServerDeps): Koa {
     gateRoutes({ ...deps, access }),
     metaRoutes({ features: deps.features, drivers: deps.allowedDrivers, access }),
     meRoutes({ access }),
+    ...(deps.login === undefined ? [ui] : []),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app

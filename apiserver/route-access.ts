@@ -26,9 +26,20 @@ import type { ResourceIndex } from "./resource-index.ts"
  *   yet is fine (PUT creates it); `state.pipeline` is then undefined.
  * - `signature`: no user: an incoming webhook proves itself by its signature.
  * - `login`: no user yet: /auth is how one logs in (it reads the session cookie itself where it needs one).
+ * - `page`: no user and no data: the web UI's HTML page and assets (apiserver/ui/), loaded before the
+ *   browser login so that the API calls they make, each checked here, can send the browser to it.
  */
 export const accessRule = Symbol("runnel.accessRule")
-export type RouteRule = "user" | "pipeline" | "new-pipeline" | "run" | "schedule" | "gate" | "signature" | "login"
+export type RouteRule =
+  | "user"
+  | "pipeline"
+  | "new-pipeline"
+  | "run"
+  | "schedule"
+  | "gate"
+  | "signature"
+  | "login"
+  | "page"
 
 /** A route's check, tagged with its rule. */
 export type RouteCheck = RouterMiddleware & { readonly [accessRule]: RouteRule }
@@ -49,7 +60,7 @@ const check = (rule: RouteRule, find: (ctx: Parameters<RouterMiddleware>[0]) => 
   )
 
 /** The check of a route that asks for no user: it says so, for the test that walks the routes. */
-export const withoutUser = (rule: "signature" | "login"): RouteCheck => check(rule, async () => {})
+export const withoutUser = (rule: "signature" | "login" | "page"): RouteCheck => check(rule, async () => {})
 
 /** The checks of the routes, each asking the one AccessPolicy. */
 export function routeAccess({ policy, resources, index }: RouteAccessDeps) {

@@ -26,6 +26,7 @@ import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
 import { runListBench } from "./run-list.ts"
 import { runStartupBench } from "./startup.ts"
+import { runUiBench } from "./ui.ts"
 import { runWebhookBench } from "./webhooks.ts"
 import { runYamlBench } from "./yaml.ts"
 
@@ -201,6 +202,7 @@ const sections = registry<{ name: string; docker: boolean; run(shared: Shared): 
       ),
   },
   { name: "startup", docker: false, run: () => runStartupBench(line, reps) },
+  { name: "ui", docker: false, run: () => runUiBench(line, reps) },
 ])
 let chosen: ReturnType<typeof sections.get>[]
 try {

@@ -238,6 +238,68 @@ for (const action of ["approve", "reject"] as const) {
     })
 }
 
+const runGroup = program.command("run").description("list, follow and stop the runs of a runnel server")
+const runCommands = () => import("./run.ts")
+const asJson = (what: string) => ({ syntax: "--json", description: `${what} as JSON` })
+
+client(
+  "ls",
+  "list the newest runs: pipeline, status, exit code, trigger, when and how long",
+  [
+    { syntax: "--pipeline <NAME>", description: "only the runs of this pipeline (name or id)" },
+    {
+      syntax: "--status <STATUS>",
+      description: "only runs in this status: queued, running, success, failure, error, aborted",
+    },
+    asJson("the run objects"),
+  ],
+  runGroup,
+).action(async (options: Options) => {
+  const api = clientOf(options)
+  const filter = {
+    ...(typeof options.pipeline === "string" ? { pipeline: options.pipeline } : {}),
+    ...(typeof options.status === "string" ? { status: options.status } : {}),
+  }
+  await (await runCommands()).listRuns(api, filter, options.json === true)
+})
+
+client(
+  "logs",
+  "print a run's output, each line labelled with its task; -f follows it live and exits with the run's code",
+  [
+    { syntax: "-f, --follow", description: "follow the run until it ends, then exit with its exit code" },
+    { syntax: "--task <PATH>", description: "only this task's output (a path from `runnel run tasks`)" },
+    asJson("the events, one JSON object a line"),
+  ],
+  runGroup,
+)
+  .argument("<run>", "the run's id")
+  .action(async (run: string, options: Options) => {
+    const api = clientOf(options)
+    process.exitCode = await (await runCommands()).runLogs(api, run, {
+      follow: options.follow === true,
+      json: options.json === true,
+      ...(typeof options.task === "string" ? { task: options.task } : {}),
+    })
+  })
+
+for (const [name, description, what, command] of [
+  ["tasks", "list a run's tasks in start order: path, status, exit code, times", "the task objects", "listTasks"],
+  [
+    "stop",
+    "stop a queued or running run: its tasks are killed, its status becomes aborted",
+    "the run object",
+    "stopRun",
+  ],
+] as const) {
+  client(name, description, [asJson(what)], runGroup)
+    .argument("<run>", "the run's id")
+    .action(async (run: string, options: Options) => {
+      const api = clientOf(options)
+      await (await runCommands())[command](api, run, options.json === true)
+    })
+}
+
 const schedule = pipeline.command("schedule").description("list, pause and unpause a pipeline's schedules")
 client(
   "ls",

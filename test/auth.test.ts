@@ -220,10 +220,15 @@ describe("authentication and RBAC", () => {
     ])
     // /auth is how one logs in: no user yet (here without OAuth providers, one route answering 404).
     for (const route of all.filter((candidate) => candidate.rule === "login")) expect(route.path).toMatch(/auth/)
+    // The web UI's page and assets hold no data: never an API path.
+    for (const route of all.filter((candidate) => candidate.rule === "page")) {
+      expect(route.path).not.toMatch(/^\/(api|auth|mcp)(\/|$)/)
+    }
   })
 
-  /** Routes that ask for a user: all but the webhook (its signature) and /auth (how one logs in). */
-  const asksForUser = (route: { rule?: string }) => route.rule !== "signature" && route.rule !== "login"
+  /** Routes that ask for a user: all but the webhook (its signature), /auth (how one logs in) and the UI's page. */
+  const asksForUser = (route: { rule?: string }) =>
+    route.rule !== "signature" && route.rule !== "login" && route.rule !== "page"
 
   /** A request on `route` about the guarded pipeline (its run, gate, schedule, secret). */
   const requestOn = (route: { method: string; path: string }) => {

@@ -41,7 +41,7 @@ export const packagePlaces: Readonly<Record<string, readonly string[]>> = {
   "@koa/router": ["apiserver/"],
   "@kubernetes/client-node": ["lib/kube/", "operator/", "apiserver/", "cli/"],
   "@aws-sdk/client-s3": ["lib/secrets/"],
-  esbuild: ["lib/script/"],
+  esbuild: ["lib/script/", "apiserver/ui/"],
   commander: ["cli/"],
   "@marcbachmann/cel-js": ["lib/cel/"],
   "@modelcontextprotocol/sdk": ["apiserver/mcp/"],

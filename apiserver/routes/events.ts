@@ -138,7 +138,8 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   while (!sse.signal.aborted) {
     const chunks = deps.logs.readChunks(runId, cursor, readBatch)
     for (const chunk of chunks) {
-      await sse.send({ stream: chunk.stream, data: chunk.text }, chunk.id)
+      // `path` names the task, so a reader can label lines or show one task's output (the web UI, `runnel run logs`).
+      await sse.send({ stream: chunk.stream, data: chunk.text, path: chunk.path }, chunk.id)
       cursor = chunk.id
       if (sse.signal.aborted) return
     }
