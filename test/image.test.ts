@@ -56,6 +56,14 @@ describeDocker("runnel's image (make image)", () => {
       }
       expect(health?.status).toBe(200)
       expect(await health?.json()).toEqual({ status: "ok" })
+      // The web UI: its page, and the script esbuild bundles inside the container on the first request.
+      const page = await fetch(`${url}/`)
+      expect(page.status).toBe(200)
+      const script = /src="(\/assets\/app\.[^"]+\.js)"/.exec(await page.text())?.[1]
+      expect(script).toBeDefined()
+      const bundle = await fetch(`${url}${script}`)
+      expect(bundle.status).toBe(200)
+      expect(bundle.headers.get("content-type")).toBe("text/javascript; charset=utf-8")
       // The image has no Docker daemon: the pipeline's task runs with the native driver, inside the container.
       const set = await runnel(["pipeline", "set", "examples/hello.ts", "--driver", "native", "-s", url])
       expect(set.code, set.stderr).toBe(0)
