@@ -104,6 +104,15 @@ describe("the Helm chart charts/runnel (static checks)", () => {
     for (const flag of authFlags) expect(known.has(envName(flag))).toBe(true)
   })
 
+  it("runs the image's numeric user, who owns the volume (fsGroup), without privilege escalation", () => {
+    const user = /^USER (\d+):(\d+)$/m.exec(read(root, "image", "Dockerfile"))
+    expect(user?.slice(1)).toEqual(["65532", "65532"])
+    expect(deployment).toContain(
+      `runAsNonRoot: true\n        runAsUser: ${user?.[1]}\n        runAsGroup: ${user?.[2]}\n        fsGroup: ${user?.[2]}\n`,
+    )
+    expect(deployment).toMatch(/allowPrivilegeEscalation: false\n\s+capabilities:\n\s+drop: \["ALL"\]/)
+  })
+
   it("runs tasks as Pods by default, with its stores on the volume", () => {
     expect(valueAt(["server", "driver"])).toBe("kubernetes")
     expect(deployment).toContain("--storage-sqlite-path=/data/runnel.db")
