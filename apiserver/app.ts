@@ -11,7 +11,7 @@ import type { AccessPolicy } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
 import { type Authenticate, authentication, challengeOf } from "./auth/authenticate.ts"
 import { crossSiteGuard } from "./auth/cross-site.ts"
-import type { FailureCounter } from "./auth/failure-counter.ts"
+import { FailureCounter } from "./auth/failure-counter.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
@@ -89,14 +89,16 @@ export function createApiServer(deps: ApiServerDeps): Koa {
   app.use(errorRenderer(deps.log))
   if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
   // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
-  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes })
+  // One count of failures for the login and the API: a guesser cannot switch doors.
+  const failures = deps.failures ?? new FailureCounter()
+  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes, failures })
   app.use(login.routes()).use(login.allowedMethods())
   // The UI's page and assets hold no data. With a browser login they load without it, and the API's 401
   // sends the page to /auth/login; with Basic Auth they come after authentication, whose 401 challenge
   // brings up the browser's own password prompt, and the browser then sends the answer with each call.
   const ui = uiRoutes()
   if (deps.login !== undefined) app.use(ui.routes())
-  app.use(authentication({ ...deps, challenge: challengeOf(deps.authMode) }))
+  app.use(authentication({ ...deps, failures, challenge: challengeOf(deps.authMode) }))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
   app.use(lazyMcp({ ...deps, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining
