@@ -7,6 +7,7 @@ import { runnerFlags, runnerSettings } from "../lib/config/runner.ts"
 import { scheduleFireFlags, scheduleFireSettings } from "../lib/config/schedule-fire.ts"
 import { serverFlags, serverSettings } from "../lib/config/server.ts"
 import { RunnelError, SystemError } from "../lib/core/errors.ts"
+import packageJson from "../package.json" with { type: "json" }
 import { apiClient, ServerRefused } from "./api-client.ts"
 import { drivers } from "./drivers.ts"
 import { addFlags, collect } from "./flags.ts"
@@ -20,6 +21,7 @@ type Options = Record<string, unknown>
 const program = new Program()
   .name("runnel")
   .description("runnel: pipelines as code, tasks as containers")
+  .version(packageJson.version)
   .showHelpAfterError("(run with --help for usage)")
   .exitOverride()
 

@@ -1,27 +1,8 @@
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import {
-  ApiException,
-  CoreV1Api,
-  CustomObjectsApi,
-  PatchStrategy,
-  setHeaderOptions,
-  Watch,
-} from "@kubernetes/client-node"
+import { ApiException, CustomObjectsApi, PatchStrategy, setHeaderOptions, Watch } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { parse } from "yaml"
 import type { PipelineObject, RunObject } from "../lib/kube/resources.ts"
-import {
-  clusterConfig,
-  eventually,
-  haveCluster,
-  namespaceName,
-  root,
-  runnelBin,
-  singleKubeconfigFile,
-} from "./cluster.ts"
+import { clusterConfig, type E2eServer, eventually, haveCluster, namespaceName, startServer } from "./cluster.ts"
 
 // The operator's scenarios of operator/operator.test.ts and test/server.test.ts, against the cluster of
 // KUBECONFIG: `runnel server --kubeconfig $KUBECONFIG` runs here, reconciling a namespace made for this run
@@ -36,64 +17,16 @@ describe.skipIf(!haveCluster)("runnel server --kubeconfig against the cluster of
   const group = { group: "runnel.dev", version: "v1alpha1", namespace }
   const pipelines = { ...group, plural: "pipelines" }
   const runs = { ...group, plural: "runs" }
-  let dir: string
+  let server: E2eServer | undefined
   let objects: CustomObjectsApi
-  let core: CoreV1Api
-  let server: ChildProcess | undefined
-  let exited: Promise<number | string> | undefined
-  let stderr = ""
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), "runnel-e2e-"))
-    const kubeConfig = clusterConfig()
-    objects = kubeConfig.makeApiClient(CustomObjectsApi)
-    core = kubeConfig.makeApiClient(CoreV1Api)
-    await core.createNamespace({
-      body: { metadata: { name: namespace, labels: { "app.kubernetes.io/part-of": "runnel-e2e" } } },
-    })
-    const kubeconfig = singleKubeconfigFile((text) => {
-      const file = join(dir, "kubeconfig.yaml")
-      writeFileSync(file, text, { mode: 0o600 })
-      return file
-    })
-    const args = [
-      "server",
-      ...["--kubeconfig", kubeconfig, "--namespace", namespace, "--port", "0", "--driver", "native"],
-      ...["--storage-sqlite-path", join(dir, "runnel.db"), "--max-in-flight", String(maxInFlight)],
-      ...["--shutdown-grace", "1s"],
-    ]
-    const child = spawn(runnelBin, args, { cwd: root, stdio: ["ignore", "pipe", "pipe"] })
-    server = child
-    exited = new Promise((done) => child.on("exit", (code, signal) => done(code ?? signal ?? -1)))
-    child.stderr.setEncoding("utf8").on("data", (text: string) => {
-      stderr += text
-    })
-    await new Promise<void>((done, fail) => {
-      let stdout = ""
-      const timer = setTimeout(
-        () => fail(new Error(`runnel server did not listen within 30 s; stderr: ${stderr}`)),
-        30_000,
-      )
-      child.stdout.setEncoding("utf8").on("data", (text: string) => {
-        stdout += text
-        if (stdout.includes("listening on")) {
-          clearTimeout(timer)
-          done()
-        }
-      })
-      void exited?.then((code) => fail(new Error(`runnel server exited (${code}) before listening: ${stderr}`)))
-    })
+    objects = clusterConfig().makeApiClient(CustomObjectsApi)
+    server = await startServer(namespace, ["--driver", "native", "--max-in-flight", String(maxInFlight)])
   })
 
   afterAll(async () => {
-    if (server !== undefined && server.exitCode === null && server.signalCode === null) {
-      server.kill("SIGTERM")
-      const killer = setTimeout(() => server?.kill("SIGKILL"), 15_000)
-      await exited
-      clearTimeout(killer)
-    }
-    await core?.deleteNamespace({ name: namespace }).catch(() => undefined)
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true })
+    await server?.stop()
   })
 
   const task = (name: string, shell: string) =>
@@ -215,6 +148,6 @@ describe.skipIf(!haveCluster)("runnel server --kubeconfig against the cluster of
       "both runs are deleted",
       120_000,
     )
-    expect(stderr).not.toMatch(/unhandled|TypeError/i)
+    expect(server?.stderr()).not.toMatch(/unhandled|TypeError/i)
   })
 })

@@ -222,6 +222,25 @@ export const operatorFlags: readonly FlagSpec[] = [
     description: "cronjob mode: the ServiceAccount of those Jobs, which may only create Runs and read Schedules",
   },
   {
+    name: "task-volume-storage-class",
+    value: "NAME",
+    description:
+      "kubernetes driver: the StorageClass of a run's volumes and YAML caches (PersistentVolumeClaims); the cluster's default without it",
+  },
+  {
+    name: "task-volume-size",
+    value: "QUANTITY",
+    defaultValue: "1Gi",
+    description: "kubernetes driver: the size each of those claims requests, a Kubernetes quantity",
+  },
+  {
+    name: "task-volume-access-mode",
+    value: "MODE",
+    defaultValue: "ReadWriteOnce",
+    description:
+      "kubernetes driver: ReadWriteOnce (a run's Pods all on the node of its first) or ReadWriteMany (Pods anywhere; the StorageClass must offer it)",
+  },
+  {
     name: "allowed-features",
     value: "LIST",
     defaultValue: "*",
@@ -263,6 +282,14 @@ export type OperatorSettings = RoleSettings & {
   readonly network: NetworkSettings
   /** How cron schedules fire, and what their CronJobs run in cronjob mode. */
   readonly schedules: { readonly mode: "timer" | "cronjob"; readonly image: string; readonly serviceAccount: string }
+  /** The kubernetes driver's PersistentVolumeClaims: a run's volumes and YAML caches. */
+  readonly taskVolumes: TaskVolumeSettings
+}
+
+export type TaskVolumeSettings = {
+  readonly storageClass: string | undefined
+  readonly size: string
+  readonly accessMode: "ReadWriteOnce" | "ReadWriteMany"
 }
 
 /** `runnel operator`'s settings from its command line and environment, checked and frozen. */
@@ -299,7 +326,22 @@ export function operatorPart(
       image: String(flags["schedules-image"]),
       serviceAccount: String(flags["schedules-service-account"]),
     },
+    taskVolumes: taskVolumesPart(flags),
   }
+}
+
+function taskVolumesPart(flags: FlagValues): TaskVolumeSettings {
+  const size = String(flags["task-volume-size"])
+  // A Kubernetes quantity as storage requests are written: digits, an optional fraction and suffix.
+  if (!/^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$/.test(size)) {
+    throw badRequest(`--task-volume-size "${size}" is not a Kubernetes quantity such as 1Gi or 500Mi`)
+  }
+  const accessMode = String(flags["task-volume-access-mode"])
+  if (accessMode !== "ReadWriteOnce" && accessMode !== "ReadWriteMany") {
+    throw badRequest(`--task-volume-access-mode "${accessMode}" is not a mode; use ReadWriteOnce or ReadWriteMany`)
+  }
+  const storageClass = flags["task-volume-storage-class"]
+  return { storageClass: storageClass ? String(storageClass) : undefined, size, accessMode }
 }
 
 /**

@@ -127,6 +127,29 @@ describe("settings per role", () => {
     })
   })
 
+  it("give the kubernetes driver's claims a storage class, size and access mode, or refuse a bad one naming its flag", () => {
+    expect(operatorSettings({}, drivers, env).taskVolumes).toEqual({
+      storageClass: undefined,
+      size: "1Gi",
+      accessMode: "ReadWriteOnce",
+    })
+    const given = { taskVolumeStorageClass: "fast", taskVolumeSize: "500Mi", taskVolumeAccessMode: "ReadWriteMany" }
+    expect(serverSettings(given, drivers, env).taskVolumes).toEqual({
+      storageClass: "fast",
+      size: "500Mi",
+      accessMode: "ReadWriteMany",
+    })
+    expect(serverSettings({}, drivers, { ...env, CI_TASK_VOLUME_STORAGE_CLASS: "nfs" }).taskVolumes.storageClass).toBe(
+      "nfs",
+    )
+    expect(() => serverSettings({ taskVolumeSize: "1 GB" }, drivers, env)).toThrow(
+      '--task-volume-size "1 GB" is not a Kubernetes quantity such as 1Gi or 500Mi',
+    )
+    expect(() => serverSettings({ taskVolumeAccessMode: "rwx" }, drivers, env)).toThrow(
+      '--task-volume-access-mode "rwx" is not a mode; use ReadWriteOnce or ReadWriteMany',
+    )
+  })
+
   it("give the runner its driver, limits and secrets", () => {
     expect(runnerSettings({ driver: "native", secret: ["K=V"], pipelineTimeout: "2s" }, drivers, env)).toMatchObject({
       driver: "native",
