@@ -107,7 +107,7 @@ describe("the web UI", () => {
     await expect.poll(() => log.textContent(), { timeout: 20_000 }).toContain("first")
     expect(await log.textContent()).not.toContain("second")
     await expect.poll(() => page.locator("dl.facts").textContent()).toContain(gate)
-    await expect.poll(() => page.locator("#run-status").textContent()).toContain("running")
+    await expect.poll(() => page.locator("#run-status").textContent(), { timeout: 20_000 }).toContain("running")
     writeFileSync(gate, "")
     await expect.poll(() => log.textContent(), { timeout: 20_000 }).toContain("second")
     await expect.poll(() => page.locator("#run-status").textContent(), { timeout: 20_000 }).toContain("success")
