@@ -1,5 +1,5 @@
 # Targets wrap the npm scripts, so `make` and `npm run` agree.
-.PHONY: install start test lint typecheck bench check docker e2e
+.PHONY: install start test lint typecheck bench check docker e2e image
 
 install:
 	npm install
@@ -29,3 +29,7 @@ check: lint typecheck test
 # A local Docker daemon with an offline busybox image (root, Debian).
 docker:
 	bash .ci/docker-up
+
+# runnel's image, runnel:<version of package.json>, built offline from this checkout (image/build.sh).
+image:
+	sh image/build.sh

@@ -1,30 +1,34 @@
 import type { KubeConfig } from "@kubernetes/client-node"
 import Koa, { type Middleware } from "koa"
+import type { AuthSettings } from "../lib/config/auth.ts"
 import type { Feature } from "../lib/config/features.ts"
 import { shuttingDown } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
-import { type Authorize, openAccess } from "./access.ts"
+import type { AccessPolicy } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
-import { type Authenticate, authentication } from "./auth/authenticate.ts"
+import { type Authenticate, authentication, challengeOf } from "./auth/authenticate.ts"
 import { crossSiteGuard } from "./auth/cross-site.ts"
+import { FailureCounter } from "./auth/failure-counter.ts"
 import { jsonBody } from "./body.ts"
 import { errorRenderer } from "./errors.ts"
 import { auditForeignChanges, auditForeignDecisions, OwnWrites } from "./kubernetes-audit.ts"
 import type { McpEndpointDeps } from "./mcp/mcp-endpoint.ts"
 import { type ResourceIndex, startResourceIndex } from "./resource-index.ts"
+import { type RouteAccessDeps, routeAccess } from "./route-access.ts"
 import { type EventRoutesDeps, eventRoutes } from "./routes/events.ts"
 import { type GateRoutesDeps, gateRoutes } from "./routes/gates.ts"
 import { type Login, loginRoutes } from "./routes/login.ts"
 import { meRoutes } from "./routes/me.ts"
 import { metaRoutes } from "./routes/meta.ts"
-import { type PipelineSecretRoutesDeps, pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
+import { pipelineSecretRoutes } from "./routes/pipeline-secrets.ts"
 import { type PipelineRoutesDeps, pipelineRoutes } from "./routes/pipelines.ts"
 import { type RunRoutesDeps, runRoutes } from "./routes/runs.ts"
 import { type ScheduleRoutesDeps, scheduleRoutes } from "./routes/schedules.ts"
 import { type WebhookRoutesDeps, webhookRoutes } from "./routes/webhooks.ts"
+import { uiRoutes } from "./ui/ui-routes.ts"
 
 export type ApiServerDeps = {
   /**
@@ -32,7 +36,7 @@ export type ApiServerDeps = {
    * as many as its routes name: specs and Secrets, never a status.
    */
   resources: PipelineRoutesDeps["resources"] &
-    PipelineSecretRoutesDeps["resources"] &
+    RouteAccessDeps["resources"] &
     RunRoutesDeps["resources"] &
     EventRoutesDeps["resources"] &
     WebhookRoutesDeps["resources"] &
@@ -65,40 +69,53 @@ export type ApiServerDeps = {
   own: OwnWrites
   /** `--mcp-allow-actions`: MCP clients may trigger pipelines and stop runs. */
   mcpAllowActions: boolean
-  /** Who a request's user is and what they may see; open access (everyone, everything) until authentication exists. */
-  authorize?: Authorize
+  /** What a request's user may do: the one decision every route, MCP tool and gate asks. */
+  policy: AccessPolicy
   /** Who a request comes from (its credentials checked), or a 401. */
   authenticate: Authenticate
+  /** The authentication mode: its 401s' challenge; under Basic Auth pipelines take no rbac_expression. */
+  authMode: AuthSettings["mode"]
+  /** Repeated authentication failures per address, answered 429 (docs/auth.md); one per process, shared with /k8s. */
+  failures?: FailureCounter
   /** The browser and device login under /auth, in OAuth mode; without it /auth answers 404. */
   login?: Login
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
 }
 
-/** The REST API under /api as a Koa app; `app.callback()` is a node:http handler. */
+/** The REST API under /api and the web UI at / as a Koa app; `app.callback()` is a node:http handler. */
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
   app.use(errorRenderer(deps.log))
   if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
   // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
-  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes })
+  // One count of failures for the login and the API: a guesser cannot switch doors.
+  const failures = deps.failures ?? new FailureCounter()
+  const login = loginRoutes({ login: deps.login, audit: deps.audit, maxBodyBytes: deps.maxBodyBytes, failures })
   app.use(login.routes()).use(login.allowedMethods())
-  app.use(authentication(deps.authenticate))
+  // The UI's page and assets hold no data. With a browser login they load without it, and the API's 401
+  // sends the page to /auth/login; with Basic Auth they come after authentication, whose 401 challenge
+  // brings up the browser's own password prompt, and the browser then sends the answer with each call.
+  const ui = uiRoutes()
+  if (deps.login !== undefined) app.use(ui.routes())
+  app.use(authentication({ ...deps, failures, challenge: challengeOf(deps.authMode) }))
   // Before the JSON body reader: MCP reads its own body, and answers malformed ones in JSON-RPC.
-  app.use(lazyMcp({ ...deps, authorize: deps.authorize ?? openAccess, allowActions: deps.mcpAllowActions }))
+  app.use(lazyMcp({ ...deps, allowActions: deps.mcpAllowActions }))
   const draining = deps.draining
   if (draining !== undefined) app.use(refuseWhileDraining(draining))
   app.use(jsonBody(deps.maxBodyBytes))
+  const access = routeAccess(deps)
   const routers = [
-    pipelineRoutes(deps),
-    pipelineSecretRoutes(deps),
-    runRoutes(deps),
-    scheduleRoutes(deps),
-    eventRoutes(deps),
-    webhookRoutes(deps),
-    gateRoutes(deps),
-    metaRoutes({ features: deps.features, drivers: deps.allowedDrivers }),
-    meRoutes(),
+    pipelineRoutes({ ...deps, access }),
+    pipelineSecretRoutes({ ...deps, access }),
+    runRoutes({ ...deps, access }),
+    scheduleRoutes({ ...deps, access }),
+    eventRoutes({ ...deps, access }),
+    webhookRoutes({ ...deps, access }),
+    gateRoutes({ ...deps, access }),
+    metaRoutes({ features: deps.features, drivers: deps.allowedDrivers, access }),
+    meRoutes({ access }),
+    ...(deps.login === undefined ? [ui] : []),
   ]
   for (const router of routers) app.use(router.routes()).use(router.allowedMethods())
   return app

@@ -49,7 +49,7 @@ export type LoginAuditEntry = {
 /** Where audit entries go; `runnel server` writes each as one JSON line on stdout (docs/decisions.md). */
 export type AuditLog = (entry: AuditEntry | LoginAuditEntry) => void
 
-/** The actor of a request while the server has no authentication (the auth issue fills in users). */
+/** The actor of a request in open access, where no user is asked for. */
 export const anonymousActor = "anonymous"
 
 /** The actor of a change made through the Kubernetes API rather than this API server. */

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto"
-import { notFound, RunnelError } from "../lib/core/errors.ts"
+import { RunnelError } from "../lib/core/errors.ts"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import {
   type PipelineObject,
@@ -13,7 +13,6 @@ import {
 } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { runScope, type SecretStore } from "../lib/secrets/secret-store.ts"
-import { findPipeline } from "./find-pipeline.ts"
 import type { ResourceIndex } from "./resource-index.ts"
 
 export type NewRunDeps = {
@@ -31,25 +30,13 @@ export type NewRunDeps = {
 export type NewRun = {
   type: RunTriggerType
   args: string[]
-  /** Who or what started it; `anonymous` until authentication arrives. */
+  /** Who or what started it: the request's actor (`anonymous` in open access), or the webhook's provider. */
   by?: string
   webhook?: RunWebhook
   /** Global secrets for this run only (`runnel pipeline run --global-secret`). */
   globalSecrets?: Readonly<Record<string, string>>
   /** Inputs too large for the Run, kept in the log store under its id before the Run exists. */
   attachments?: Readonly<Record<string, string>>
-}
-
-/**
- * Creates a `queued` Run of the pipeline `key` names (its name or id), as
- * POST /api/pipelines/:id/trigger does: 404 for an unknown pipeline, 409 when
- * it is paused, 503 when the queue is full, all before anything is created.
- */
-export async function createRun(deps: NewRunDeps, key: string, run: NewRun): Promise<RunObject> {
-  const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
-  if (pipeline === undefined) throw notFound("pipeline", key)
-  refuseIfPaused(pipeline)
-  return admitRun(deps, pipeline, run)
 }
 
 /** 409 for a paused pipeline: it refuses runs, triggers and webhooks (contract.md section 4). */

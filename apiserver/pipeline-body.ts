@@ -1,3 +1,4 @@
+import { compileExpression } from "../lib/cel/expression.ts"
 import type { Feature } from "../lib/config/features.ts"
 import { badRequest } from "../lib/core/errors.ts"
 import type { PipelineSpec } from "../lib/kube/resources.ts"
@@ -35,6 +36,8 @@ export type PipelineBodyRules = {
   defaultDriver: string
   allowedDrivers: readonly string[]
   features: readonly Feature[]
+  /** False under Basic Auth: its users have no identity an expression could test (interface.md). */
+  rbacExpressions: boolean
 }
 
 /**
@@ -69,6 +72,17 @@ export async function pipelineWrite(
   const rbac = body.rbac_expression
   if (rbac !== undefined && rbac !== null && rbac !== "") {
     if (typeof rbac !== "string") throw badRequest('"rbac_expression" must be a string (a CEL expression)')
+    if (!rules.rbacExpressions) {
+      throw badRequest(
+        "rbac_expression is refused: this server uses Basic Auth, whose users have no provider identity to match; pipeline RBAC needs OAuth (docs/auth.md)",
+      )
+    }
+    // Compiled now, so a mistake is a 400 with its position rather than a pipeline nobody can see.
+    try {
+      compileExpression("rbac", rbac)
+    } catch (error) {
+      throw badRequest(`rbac_expression: ${(error as Error).message}`, { cause: error })
+    }
     spec.rbacExpression = rbac
   }
   const webhookSecret = webhookSecretOf(body.webhook_secret, rules.features)

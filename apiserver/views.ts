@@ -2,6 +2,7 @@ import { badRequest } from "../lib/core/errors.ts"
 import type { PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { contentTypeOf } from "../lib/script/content-type.ts"
+import type { ResourceIndex, RunFilter } from "./resource-index.ts"
 
 /** Set on every write through this API: Kubernetes objects carry no update time of their own. */
 export const updatedAtAnnotation = "runnel.dev/updated-at"
@@ -136,4 +137,29 @@ export function scheduleView(schedule: ScheduleObject, pipelineId: string) {
     created_at: created,
     updated_at: metadata.annotations?.[updatedAtAnnotation] ?? created,
   }
+}
+
+/**
+ * A page of the runs a user may see, newest first: those of the pipelines
+ * `visible` admits (a run whose pipeline is gone stays visible, as its own
+ * path does). With nothing hidden it is the index's own page, without a walk.
+ */
+export function visibleRuns(
+  index: Pick<ResourceIndex, "pipelines" | "runs">,
+  visible: (pipeline: PipelineObject) => boolean,
+  filter: RunFilter,
+  offset: number,
+  count: number,
+): { items: RunObject[]; total: number } {
+  const hidden = new Set(
+    index.pipelines
+      .list()
+      .filter((pipeline) => !visible(pipeline))
+      .map((pipeline) => pipeline.metadata?.name ?? ""),
+  )
+  if (hidden.size === 0) return index.runs.page(filter, offset, count)
+  const all = index.runs
+    .page(filter, 0, Number.MAX_SAFE_INTEGER)
+    .items.filter((run) => !hidden.has(run.spec.pipelineRef.name))
+  return { items: all.slice(offset, offset + count), total: all.length }
 }

@@ -27,6 +27,7 @@ import { runOperatorBench } from "./operator.ts"
 import { quietObserver } from "./quiet-observer.ts"
 import { runListBench } from "./run-list.ts"
 import { runStartupBench } from "./startup.ts"
+import { runUiBench } from "./ui.ts"
 import { runWebhookBench } from "./webhooks.ts"
 import { runYamlBench } from "./yaml.ts"
 
@@ -134,7 +135,7 @@ function logThroughput() {
     `${rate.toFixed(1)} MB/s`,
     `${floor.toFixed(1)} MB/s`,
     `${(rate / floor).toFixed(3)}`,
-    `≥ 0.8 (200 MB of 81-byte lines; RSS growth ${growth(runnel)}, raw attach alone ${growth(raw)})`,
+    `≥ 0.8 (200 MB of 81-byte lines, 5 secrets; RSS growth ${growth(runnel)}, raw attach alone ${growth(raw)})`,
   )
 }
 
@@ -152,6 +153,11 @@ async function sandboxStart() {
     respond: () => false,
     webhookTrigger: () => true,
     gate: async () => ({}),
+    fetch: async () => ({ status: 200, statusText: "OK", url: "", headers: [], body: new Uint8Array() }),
+    decodeUtf8: () => "",
+    notifyConfigs: () => {},
+    notifySend: async () => {},
+    resource: async () => ({}),
   }
   const globals = { pipelineContext: {}, request: undefined }
   const limits = { memoryMb: 128, timeoutMs: 60_000 }
@@ -204,6 +210,7 @@ const sections = registry<{ name: string; docker: boolean; run(shared: Shared): 
       ),
   },
   { name: "startup", docker: false, run: () => runStartupBench(line, reps) },
+  { name: "ui", docker: false, run: () => runUiBench(line, reps) },
 ])
 let chosen: ReturnType<typeof sections.get>[]
 try {

@@ -86,7 +86,9 @@ export function apiClient({ url, authorization }: ClientSettings): ApiClient {
     const text = await readText(response)
     let message: unknown
     try {
-      message = (JSON.parse(text) as { error?: unknown } | null)?.error
+      const parsed = JSON.parse(text) as { error?: unknown; error_description?: unknown } | null
+      // /auth's OAuth endpoints (RFC 6749 section 5.2) put a code in `error` and the sentence for people beside it.
+      message = typeof parsed?.error_description === "string" ? parsed.error_description : parsed?.error
     } catch {
       message = undefined
     }

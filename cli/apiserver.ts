@@ -1,6 +1,8 @@
 import type { KubeConfig } from "@kubernetes/client-node"
+import { AccessPolicy } from "../apiserver/access.ts"
 import { startApiServer } from "../apiserver/app.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
+import type { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import { loginProviders } from "../apiserver/auth/login-providers.ts"
 import type { ApiServerSettings } from "../lib/config/apiserver.ts"
 import type { RoleSettings } from "../lib/config/operator.ts"
@@ -21,6 +23,7 @@ import { onShutdownSignal } from "./shutdown-signal.ts"
  * ready once its stores and the API are up.
  */
 export async function apiserver(settings: ApiServerSettings): Promise<void> {
+  const policy = accessPolicy(settings.api)
   // The log store's writer thread comes online while this thread listens and loads the kubeconfig.
   const opening = openSqliteLogStore(settings.logStorePath)
   opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
@@ -40,9 +43,9 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
     const store = await opening
     // The operator stores the server's --secret values; the API server only opens the store.
     secretStore = await openSecretBackend(settings, kubeConfig)
-    api = await configuredApiServer(settings, kubeConfig, store, secretStore, () => front.phase === "draining")
+    api = await configuredApiServer(settings, policy, kubeConfig, store, secretStore, () => front.phase === "draining")
     front.ready(api.callback)
-    warnOpenAccess(settings.http.host)
+    if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)
     process.stdout.write(
       `runnel: listening on http://${urlHost(settings.http.host)}:${address.port} (Kubernetes API ${kubeConfig.getCurrentCluster()?.server}, namespace "${settings.namespace}")\n`,
     )
@@ -53,17 +56,29 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
   onShutdownSignal(close)
 }
 
+/** The access rules of the settings: a --server-rbac that does not compile stops the start here, before anything opens. */
+export function accessPolicy(api: ApiSettings): AccessPolicy {
+  return new AccessPolicy({
+    serverRbac: api.auth.serverRbac,
+    kubernetesAdmins: api.auth.kubernetesAdmins,
+    log: processLog(),
+  })
+}
+
 /** The API server of the settings, with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */
 export function configuredApiServer(
   settings: RoleSettings & { readonly api: ApiSettings },
+  policy: AccessPolicy,
   kubeConfig: KubeConfig,
   logs: LogStore,
   secrets: SecretStore,
   draining: () => boolean,
   authorAnnotation?: string,
+  failures?: FailureCounter,
 ): ReturnType<typeof startApiServer> {
   return startApiServer({
     ...(authorAnnotation === undefined ? {} : { authorAnnotation }),
+    ...(failures === undefined ? {} : { failures }),
     kubeConfig,
     namespace: settings.namespace,
     logs,
@@ -74,6 +89,8 @@ export function configuredApiServer(
     ...settings.api,
     draining,
     authenticate: authenticator(settings.api.auth),
+    authMode: settings.api.auth.mode,
+    policy,
     ...loginOf(settings.api.auth),
     log: processLog(),
     // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https"
 import { type AddressInfo, createServer as createNetServer, type Server as NetServer, type Socket } from "node:net"
+import { isUiPath } from "../apiserver/ui/ui-paths.ts"
 import { badRequest, errorMessage, SystemError } from "../lib/core/errors.ts"
 
 // The HTTP front of the serving commands (`runnel server`, `runnel apiserver`): listening, closing, the
@@ -44,7 +45,8 @@ const probes = new Set(["/livez", "/readyz", "/health"])
 /**
  * A node:http server for a serving command: `routes` first (the embedded API
  * answers its own paths and returns true), then the probes, then the API under
- * /api, the login under /auth and MCP at /mcp once ready; anything else is a JSON 404 listing what it `serves`
+ * /api, the login under /auth, MCP at /mcp and the web UI's pages and assets once ready; anything else is a
+ * JSON 404 listing what it `serves`
  * besides the probes and the API. Requests node:http refuses itself are
  * answered in JSON too (answerClientErrors).
  */
@@ -62,6 +64,7 @@ export function httpFront(
     "the REST API under /api",
     "MCP at POST /mcp",
     "the login under /auth",
+    "the web UI at /",
     ...(options.serves ?? []),
   ].join(", ")
   const handler = (req: IncomingMessage, res: ServerResponse) => {
@@ -69,7 +72,7 @@ export function httpFront(
     const path = (req.url ?? "/").split("?")[0] ?? "/"
     if (probes.has(path)) {
       probe(req, res, path, phase)
-    } else if (!/^\/(api|auth)(\/|$)/.test(path) && path !== "/mcp") {
+    } else if (!/^\/(api|auth)(\/|$)/.test(path) && path !== "/mcp" && !isUiPath(path)) {
       send(res, 404, { error: `no route for ${req.method} ${path}; this server answers ${serves}` })
     } else if (api === undefined) {
       // Before the API is mounted a request would meet no route (404) or half-open stores: say "not yet".
@@ -176,7 +179,11 @@ function answerClientErrors(http: Server): void {
     }
     const [status, reason, message] =
       error.code === "HPE_HEADER_OVERFLOW"
-        ? [431, "Request Header Fields Too Large", "the request line and headers exceed 16 KiB; send less in the URL"]
+        ? [
+            431,
+            "Request Header Fields Too Large",
+            "the request line and headers exceed 16 KiB; send a shorter URL or shorter headers (a runnel token is well under 2 KiB)",
+          ]
         : error.code === "HPE_INVALID_METHOD"
           ? [400, "Bad Request", "the request method is not one HTTP knows; use GET, PUT, POST or DELETE"]
           : [400, "Bad Request", `the request is not valid HTTP (${error.code ?? error.message})`]

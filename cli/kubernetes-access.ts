@@ -1,12 +1,12 @@
 import type { IncomingMessage } from "node:http"
+import type { AccessPolicy } from "../apiserver/access.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
+import type { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import type { RequestUser } from "../apiserver/auth/user.ts"
 import type { Authenticated } from "../kubeserver/embedded-api.ts"
 import { forbidden, KubeStatusError } from "../kubeserver/kube-status.ts"
-import { compileExpression, type Expression } from "../lib/cel/expression.ts"
 import type { AuthSettings } from "../lib/config/auth.ts"
-import { badRequest, RunnelError } from "../lib/core/errors.ts"
-import type { Log } from "../lib/core/log.ts"
+import { RunnelError } from "../lib/core/errors.ts"
 import { sameSecret } from "../lib/crypto/same-secret.ts"
 
 /**
@@ -28,36 +28,43 @@ import { sameSecret } from "../lib/crypto/same-secret.ts"
  */
 export function kubernetesAccess({
   auth,
+  policy,
+  failures,
   processToken,
   prefix,
-  log,
 }: {
   auth: AuthSettings
+  /** The one access decision (apiserver/access.ts): `--server-rbac`, then `--k8s-admin-rbac`. */
+  policy: Pick<AccessPolicy, "decide">
+  /** The API's count of failed credentials per address: a guesser is slowed here as there (429). */
+  failures: FailureCounter
   processToken: string
   /** Where the embedded API is mounted: "/k8s". */
   prefix: string
-  log: Log
 }): (req: IncomingMessage) => Promise<Authenticated> {
   const authenticate = authenticator(auth)
-  const rules = [
-    ...(auth.serverRbac === undefined ? [] : [compiled("server-rbac", auth.serverRbac)]),
-    ...(auth.kubernetesAdmins === undefined ? [] : [compiled("k8s-admin-rbac", auth.kubernetesAdmins)]),
-  ]
-  const passes = (user: RequestUser) =>
-    rules.every(({ flag, expression }) =>
-      expression.evaluate(user, (error) =>
-        log("kubernetes.rbac.error", { flag: `--${flag}`, actor: user.actor, error: error.message }),
-      ),
-    )
   return async (req) => {
     const authorization = req.headers.authorization
     if (authorization !== undefined && sameSecret(authorization, `Bearer ${processToken}`)) return true
     if (auth.mode === "open") return true
+    // The peer address, as the API's Koa app takes it (no proxy headers trusted).
+    const address = req.socket.remoteAddress ?? ""
+    const waitMs = failures.blockedFor(address, Date.now())
+    if (waitMs > 0) {
+      const seconds = Math.ceil(waitMs / 1000)
+      throw new KubeStatusError(
+        429,
+        "TooManyRequests",
+        `too many failed authentication attempts from this address; try again in ${seconds} s`,
+        { retryAfterSeconds: seconds },
+      )
+    }
     let user: RequestUser
     try {
       user = await authenticate({ authorization })
     } catch (error) {
       if (error instanceof RunnelError && error.status === 401) {
+        if (authorization !== undefined) failures.add(address, Date.now())
         throw new KubeStatusError(401, "Unauthorized", `Unauthorized: ${error.message}`)
       }
       throw error
@@ -66,16 +73,8 @@ export function kubernetesAccess({
     // they are, as a cluster's system:discovery role does: kubectl then meets the 403 on the resource itself
     // and prints its message, where a 403 on discovery shows as "unknown".
     if (isDiscovery(req, prefix)) return user.actor
-    if (auth.kubernetesAdmins === undefined) {
-      throw forbidden(
-        `the Kubernetes API of this runnel server answers no user yet: start the server with --k8s-admin-rbac EXPR (a CEL expression such as 'NickName == "${user.NickName}"') naming its admins`,
-      )
-    }
-    if (!passes(user)) {
-      throw forbidden(
-        `user "${user.actor}" is not an admin of this runnel server's Kubernetes API: it answers only users who match --k8s-admin-rbac`,
-      )
-    }
+    const verdict = policy.decide(user, { kubernetesApi: true })
+    if (verdict !== "allowed") throw forbidden(verdict.forbidden)
     return user.actor
   }
 }
@@ -85,13 +84,4 @@ function isDiscovery(req: IncomingMessage, prefix: string): boolean {
   if (req.method !== "GET" && req.method !== "HEAD") return false
   const path = ((req.url ?? "").split("?")[0] ?? "").slice(prefix.length)
   return /^\/(version|api|api\/v1|apis|apis\/[^/]+|apis\/[^/]+\/[^/]+|openapi\/.*)\/?$/.test(path)
-}
-
-/** A rule compiled at start, so a mistake in it stops the server with the flag's name and the position. */
-function compiled(flag: string, source: string): { flag: string; expression: Expression<"rbac"> } {
-  try {
-    return { flag, expression: compileExpression("rbac", source) }
-  } catch (error) {
-    throw badRequest(`--${flag}: ${error instanceof Error ? error.message : String(error)}`)
-  }
 }

@@ -60,6 +60,7 @@ export function startConfiguredOperator(
     maxInFlight: settings.maxInFlight,
     limits: settings.limits,
     mockImage: settings.mockImage,
+    network: settings.network,
     log: processLog(),
   })
 }

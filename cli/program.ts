@@ -7,6 +7,7 @@ import { runnerFlags, runnerSettings } from "../lib/config/runner.ts"
 import { scheduleFireFlags, scheduleFireSettings } from "../lib/config/schedule-fire.ts"
 import { serverFlags, serverSettings } from "../lib/config/server.ts"
 import { RunnelError, SystemError } from "../lib/core/errors.ts"
+import packageJson from "../package.json" with { type: "json" }
 import { apiClient, ServerRefused } from "./api-client.ts"
 import { drivers } from "./drivers.ts"
 import { addFlags, collect } from "./flags.ts"
@@ -20,14 +21,15 @@ type Options = Record<string, unknown>
 const program = new Program()
   .name("runnel")
   .description("runnel: pipelines as code, tasks as containers")
+  .version(packageJson.version)
   .showHelpAfterError("(run with --help for usage)")
   .exitOverride()
 
 /**
  * A serving role: its flag table and description here; on start, its settings (a bad flag fails
- * before anything heavy loads), then `run` imports the role's code and starts it.
+ * before anything heavy loads) and their warnings, then `run` imports the role's code and starts it.
  */
-function role<S>(
+function role<S extends object>(
   name: string,
   description: string,
   flags: readonly FlagSpec[],
@@ -36,7 +38,12 @@ function role<S>(
 ): void {
   const command = program.command(name).description(description)
   addFlags(command, flags)
-  command.action(async (options: Options) => run(settingsOf(options, drivers.names())))
+  command.action(async (options: Options) => {
+    const settings = settingsOf(options, drivers.names())
+    const warnings = "warnings" in settings ? (settings.warnings as readonly string[]) : []
+    for (const warning of warnings) process.stderr.write(`${warning}\n`)
+    await run(settings)
+  })
 }
 
 role(
@@ -228,6 +235,68 @@ for (const action of ["approve", "reject"] as const) {
       const api = clientOf(options)
       const comment = typeof options.comment === "string" ? options.comment : undefined
       await (await gateCommands()).decideGate(api, action, id, comment)
+    })
+}
+
+const runGroup = program.command("run").description("list, follow and stop the runs of a runnel server")
+const runCommands = () => import("./run.ts")
+const asJson = (what: string) => ({ syntax: "--json", description: `${what} as JSON` })
+
+client(
+  "ls",
+  "list the newest runs: pipeline, status, exit code, trigger, when and how long",
+  [
+    { syntax: "--pipeline <NAME>", description: "only the runs of this pipeline (name or id)" },
+    {
+      syntax: "--status <STATUS>",
+      description: "only runs in this status: queued, running, success, failure, error, aborted",
+    },
+    asJson("the run objects"),
+  ],
+  runGroup,
+).action(async (options: Options) => {
+  const api = clientOf(options)
+  const filter = {
+    ...(typeof options.pipeline === "string" ? { pipeline: options.pipeline } : {}),
+    ...(typeof options.status === "string" ? { status: options.status } : {}),
+  }
+  await (await runCommands()).listRuns(api, filter, options.json === true)
+})
+
+client(
+  "logs",
+  "print a run's output, each line labelled with its task; -f follows it live and exits with the run's code",
+  [
+    { syntax: "-f, --follow", description: "follow the run until it ends, then exit with its exit code" },
+    { syntax: "--task <PATH>", description: "only this task's output (a path from `runnel run tasks`)" },
+    asJson("the events, one JSON object a line"),
+  ],
+  runGroup,
+)
+  .argument("<run>", "the run's id")
+  .action(async (run: string, options: Options) => {
+    const api = clientOf(options)
+    process.exitCode = await (await runCommands()).runLogs(api, run, {
+      follow: options.follow === true,
+      json: options.json === true,
+      ...(typeof options.task === "string" ? { task: options.task } : {}),
+    })
+  })
+
+for (const [name, description, what, command] of [
+  ["tasks", "list a run's tasks in start order: path, status, exit code, times", "the task objects", "listTasks"],
+  [
+    "stop",
+    "stop a queued or running run: its tasks are killed, its status becomes aborted",
+    "the run object",
+    "stopRun",
+  ],
+] as const) {
+  client(name, description, [asJson(what)], runGroup)
+    .argument("<run>", "the run's id")
+    .action(async (run: string, options: Options) => {
+      const api = clientOf(options)
+      await (await runCommands())[command](api, run, options.json === true)
     })
 }
 

@@ -54,6 +54,7 @@ export async function runner(file: string, args: string[], settings: RunnerSetti
       observer: new TerminalObserver(process.stdout, process.stderr),
       limits,
       mockImage: settings.mockImage,
+      network: settings.network,
       // No server: versions live as long as the run, and set_pipeline says it needs one.
       versions: memoryVersions(),
     }

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto"
 import { join } from "node:path"
 import type { startApiServer } from "../apiserver/app.ts"
+import { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
 import type { ServerSettings } from "../lib/config/server.ts"
@@ -8,11 +9,10 @@ import { changedByAnnotation } from "../lib/kube/resources.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
-import { configuredApiServer } from "./apiserver.ts"
+import { accessPolicy, configuredApiServer } from "./apiserver.ts"
 import { httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { kubernetesAccess } from "./kubernetes-access.ts"
-import { processLog } from "./log.ts"
 import { startConfiguredOperator } from "./operator.ts"
 import { openConfiguredSecretStore } from "./secret-backend.ts"
 import { servedTls } from "./server-tls.ts"
@@ -29,6 +29,9 @@ const embeddedPrefix = "/k8s"
  * is up. Opened in order, closed in reverse.
  */
 export async function server(settings: ServerSettings): Promise<void> {
+  const policy = accessPolicy(settings.api)
+  // One count of failed credentials for the API and /k8s alike.
+  const failures = new FailureCounter()
   const serving = settings.kube.kind === "embedded"
   const tls = servedTls({
     http: settings.http,
@@ -39,7 +42,7 @@ export async function server(settings: ServerSettings): Promise<void> {
   // The operator and the API server in this process reach the embedded API with this token, which nothing outside it knows.
   const processToken = randomBytes(32).toString("base64url")
   const access = serving
-    ? kubernetesAccess({ auth: settings.api.auth, processToken, prefix: embeddedPrefix, log: processLog() })
+    ? kubernetesAccess({ auth: settings.api.auth, policy, failures, processToken, prefix: embeddedPrefix })
     : undefined
   // The log store's writer thread comes online (50-90 ms) while this thread builds the embedded API and listens.
   const opening = openSqliteLogStore(settings.logStorePath)
@@ -93,14 +96,16 @@ export async function server(settings: ServerSettings): Promise<void> {
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
     apiServer = await configuredApiServer(
       settings,
+      policy,
       kubeConfig,
       store,
       secretStore,
       () => front.phase === "draining",
       serving ? changedByAnnotation : undefined,
+      failures,
     )
     front.ready(apiServer.callback)
-    warnOpenAccess(settings.http.host)
+    if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)
     if (tls?.authority !== undefined) {
       process.stderr.write(
         `runnel: kubectl reaches ${embeddedPrefix} over TLS on the same port (https://${urlHost(settings.http.host)}:${address.port}${embeddedPrefix}), with a certificate from runnel's certificate authority ${tls.authority.file} (SHA-256 ${tls.authority.fingerprint}); \`runnel kubeconfig\` prints a kubeconfig that trusts it\n`,

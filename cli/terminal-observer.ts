@@ -38,12 +38,7 @@ export class TerminalObserver implements RunObserver {
   }
 
   taskFinished(task: TaskRecord): void {
-    for (const stream of ["stdout", "stderr"] as const) {
-      const key = `${stream} ${task.path}`
-      const rest = this.#pending.get(key)
-      if (rest) this.#print(task.path, stream, `${rest}\n`)
-      this.#pending.delete(key)
-    }
+    this.flush(task.path)
     if (task.path === consoleTaskPath) return
     const took = task.startedAt && task.endedAt ? ` in ${seconds(task.startedAt, task.endedAt)}` : ""
     const code = task.code === null ? "" : ` (exit ${task.code})`
@@ -61,13 +56,24 @@ export class TerminalObserver implements RunObserver {
     )
   }
 
+  /** Prints the partial last lines of one task (every task when `path` is absent), as if each ended with a newline. */
+  flush(path?: string): void {
+    for (const [key, rest] of this.#pending) {
+      const [stream, keyPath] = [key.slice(0, key.indexOf(" ")) as OutputStream, key.slice(key.indexOf(" ") + 1)]
+      if (path !== undefined && keyPath !== path) continue
+      if (rest) this.#print(keyPath, stream, `${rest}\n`)
+      this.#pending.delete(key)
+    }
+  }
+
   #print(path: string, stream: OutputStream, lines: string): void {
     const sink = stream === "stdout" ? this.#out : this.#err
     if (path === consoleTaskPath) {
       sink.write(lines)
       return
     }
-    const label = `${this.#names.get(path) ?? path} | `
+    // A reader of a stored run (`runnel run logs`) knows only the path, whose last segment is the name.
+    const label = `${this.#names.get(path) ?? path.slice(path.lastIndexOf("/") + 1)} | `
     const body = lines.endsWith("\n") ? lines.slice(0, -1) : lines
     sink.write(`${label}${body.replaceAll("\n", `\n${label}`)}\n`)
   }

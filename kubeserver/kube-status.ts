@@ -30,6 +30,7 @@ export type StatusReason =
   | "NotAcceptable"
   | "Forbidden"
   | "Unauthorized"
+  | "TooManyRequests"
   | "RequestEntityTooLarge"
   | "InternalError"
 

@@ -144,6 +144,18 @@ describe("the pipeline reconciler", () => {
     expect(ready?.message).toMatch(/^broken\.ts:2:13: Unexpected ";"/)
   })
 
+  it("shows an rbacExpression applied with kubectl that does not compile: Ready=False with its position", async () => {
+    await start()
+    await createPipeline("guarded", script(task("a", "true")), { rbacExpression: '"release" in Group' })
+    const pipeline = await eventually(
+      () => getPipeline("guarded"),
+      (p) => p.status?.observedGeneration === 1,
+      "the status is written",
+    )
+    expect(pipeline.status?.conditions?.[0]).toMatchObject({ status: "False", reason: "InvalidRbacExpression" })
+    expect(pipeline.status?.conditions?.[0]?.message).toMatch(/^rbacExpression: invalid expression at 1:\d+: .*Group/)
+  })
+
   it("refuses a script that exports no pipeline function", async () => {
     await start()
     await createPipeline("no-export", "export const build = async () => {}\n")

@@ -6,6 +6,7 @@ import type { GateObject, PipelineObject, RunObject, ScheduleObject } from "../l
 import type { LogStore } from "../lib/logs/log-store.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
+import type { NetworkSettings } from "./engine/engine.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { GateKeeper } from "./gate-keeper.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
@@ -38,6 +39,8 @@ export type OperatorOptions = {
   readonly limits: SandboxLimits
   /** YAML pipelines' small image (`--mock-image`); busybox unless said otherwise. */
   readonly mockImage?: string
+  /** fetch(), notifications and native git: the features and the server's flags for them; all on with defaults when absent. */
+  readonly network?: NetworkSettings
   /** Progress writes to a Run's status are coalesced within this window; 150 ms by default. */
   readonly statusThrottleMs?: number
   readonly log?: Log
@@ -86,6 +89,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     defaultDriver: options.defaultDriver,
     limits: options.limits,
     mockImage: options.mockImage ?? "busybox",
+    ...(options.network === undefined ? {} : { network: options.network }),
     maxInFlight: options.maxInFlight,
     statusThrottleMs: options.statusThrottleMs ?? 150,
     log,

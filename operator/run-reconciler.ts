@@ -28,7 +28,7 @@ import { scriptFilename } from "../lib/script/pipeline-check.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import type { DriverPool } from "./driver-pool.ts"
 import type { Driver } from "./drivers/driver.ts"
-import type { TriggerType } from "./engine/engine.ts"
+import type { NetworkSettings, TriggerType } from "./engine/engine.ts"
 import { journalFromStore } from "./engine/journal.ts"
 import { engineFor, type PipelineEngine } from "./engine/pipeline-engine.ts"
 import { closedTask } from "./engine/run-context.ts"
@@ -55,6 +55,8 @@ export type RunReconcilerOptions = {
   readonly limits: SandboxLimits
   /** YAML pipelines: the small image of mock resources' mirror_self and runnel's file tasks (`--mock-image`). */
   readonly mockImage: string
+  /** fetch(), notifications and native git; the engine's defaults when absent. */
+  readonly network?: NetworkSettings
   /** The `gates` feature: absent, a pipeline's gate fails with `gates feature is not enabled`. */
   readonly gates?: Pick<GateKeeper, "forRun">
   /** `--max-in-flight`: runs executing at once (a run waiting on a gate does not count); the rest wait, first in, first out. */
@@ -442,6 +444,7 @@ export class RunReconciler {
         jobSlot: (job, limit, slotSignal) => this.#jobSlots.acquire(pipelineUid, job, limit, slotSignal),
         runSlot: (limit, slotSignal) => this.#jobSlots.acquireRun(pipelineUid, limit, slotSignal),
         ...(gates === undefined ? {} : { gates }),
+        ...(this.#options.network === undefined ? {} : { network: this.#options.network }),
       },
       signal,
     )

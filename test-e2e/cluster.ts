@@ -1,9 +1,12 @@
-import { readdirSync, readFileSync } from "node:fs"
+import { spawn } from "node:child_process"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { delimiter, join, resolve } from "node:path"
 import {
   ApiException,
   ApiextensionsV1Api,
   ApisApi,
+  CoreV1Api,
   KubeConfig,
   type V1CustomResourceDefinition,
 } from "@kubernetes/client-node"
@@ -122,5 +125,77 @@ export async function eventually<T>(
     if (holds(value)) return value
     if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}; last: ${JSON.stringify(value)}`)
     await new Promise((done) => setTimeout(done, 100))
+  }
+}
+
+/** A `runnel server` on this machine reconciling a namespace of the cluster, made for it and deleted by stop(). */
+export type E2eServer = {
+  readonly url: string
+  /** What the server wrote to stderr so far. */
+  stderr(): string
+  stop(): Promise<void>
+}
+
+/**
+ * Makes the namespace, starts `bin/runnel server --kubeconfig <KUBECONFIG> --namespace <it> --port 0` with
+ * `args` and its stores in a temp directory, and resolves once it listens.
+ */
+export async function startServer(namespace: string, args: readonly string[]): Promise<E2eServer> {
+  const dir = mkdtempSync(join(tmpdir(), "runnel-e2e-"))
+  const core = clusterConfig().makeApiClient(CoreV1Api)
+  await core.createNamespace({
+    body: { metadata: { name: namespace, labels: { "app.kubernetes.io/part-of": "runnel-e2e" } } },
+  })
+  const kubeconfig = singleKubeconfigFile((text) => {
+    const file = join(dir, "kubeconfig.yaml")
+    writeFileSync(file, text, { mode: 0o600 })
+    return file
+  })
+  const child = spawn(
+    runnelBin,
+    [
+      "server",
+      ...["--kubeconfig", kubeconfig, "--namespace", namespace, "--port", "0", "--shutdown-grace", "1s"],
+      ...["--storage-sqlite-path", join(dir, "runnel.db"), "--secrets-sqlite-path", join(dir, "secrets.db")],
+      ...args,
+    ],
+    { cwd: root, stdio: ["ignore", "pipe", "pipe"] },
+  )
+  const exited = new Promise<number | string>((done) => child.on("exit", (code, signal) => done(code ?? signal ?? -1)))
+  let stderr = ""
+  child.stderr.setEncoding("utf8").on("data", (text: string) => {
+    stderr += text
+  })
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGTERM")
+      const killer = setTimeout(() => child.kill("SIGKILL"), 15_000)
+      await exited
+      clearTimeout(killer)
+    }
+    await core.deleteNamespace({ name: namespace }).catch(() => undefined)
+    rmSync(dir, { recursive: true, force: true })
+  }
+  try {
+    const url = await new Promise<string>((done, fail) => {
+      let stdout = ""
+      const timer = setTimeout(
+        () => fail(new Error(`runnel server did not listen within 30 s; stderr: ${stderr}`)),
+        30_000,
+      )
+      child.stdout.setEncoding("utf8").on("data", (text: string) => {
+        stdout += text
+        const listening = /listening on (http\S+)/.exec(stdout)
+        if (listening?.[1] !== undefined) {
+          clearTimeout(timer)
+          done(listening[1])
+        }
+      })
+      void exited.then((code) => fail(new Error(`runnel server exited (${code}) before listening: ${stderr}`)))
+    })
+    return { url, stderr: () => stderr, stop }
+  } catch (error) {
+    await stop()
+    throw error
   }
 }

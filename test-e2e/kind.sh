@@ -21,10 +21,11 @@ kind create cluster --name "$cluster" --kubeconfig "$kubeconfig" --wait 120s
 export KUBECONFIG="$kubeconfig"
 
 cp crds/*.yaml charts/runnel/crds/
-if docker build -t "$image" -f test-e2e/Dockerfile .; then
+if RUNNEL_IMAGE="$image" sh image/build.sh; then
   kind load docker-image "$image" --name "$cluster"
   helm install runnel charts/runnel --namespace runnel-system --create-namespace --wait --timeout 5m \
-    --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never
+    --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
+    --set server.driver=kubernetes
   kubectl -n runnel-system rollout status deployment/runnel --timeout 120s
 else
   echo "kind.sh: the image did not build; installing only the chart's CRDs" >&2

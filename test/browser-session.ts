@@ -1,27 +1,35 @@
 import { createServer } from "node:net"
+import { requestFrom } from "./from-address.ts"
 
 /**
  * What a browser does over plain HTTP, for tests that do not need a real
  * one: a cookie jar for 127.0.0.1 (cookies ignore ports, as browsers do),
  * redirects followed by hand so each hop can be checked, and the Origin a
- * browser sends with a form POST.
+ * browser sends with a form POST. With `localAddress` (one of 127.0.0.0/8)
+ * the browser is a client at that address, so that tests of the limits per
+ * address do not share one.
  */
 export class BrowserSession {
   readonly cookies = new Map<string, string>()
   /** Every Set-Cookie header received, newest last. */
   readonly setCookies: string[] = []
+  readonly #localAddress: string | undefined
+
+  constructor(localAddress?: string) {
+    this.#localAddress = localAddress
+  }
 
   async request(url: string, init: { method?: string; form?: Record<string, string>; origin?: string } = {}) {
     const headers: Record<string, string> = {}
     if (this.cookies.size > 0) headers.Cookie = [...this.cookies].map(([name, value]) => `${name}=${value}`).join("; ")
     if (init.form !== undefined) headers["Content-Type"] = "application/x-www-form-urlencoded"
     if (init.origin !== undefined) headers.Origin = init.origin
-    const response = await fetch(url, {
-      method: init.method ?? "GET",
-      headers,
-      redirect: "manual",
-      ...(init.form === undefined ? {} : { body: new URLSearchParams(init.form).toString() }),
-    })
+    const body = init.form === undefined ? undefined : new URLSearchParams(init.form).toString()
+    const method = init.method ?? "GET"
+    const response =
+      this.#localAddress === undefined
+        ? await fetch(url, { method, headers, redirect: "manual", ...(body === undefined ? {} : { body }) })
+        : asResponse(await requestFrom(this.#localAddress, url, { method, headers, body }))
     for (const cookie of response.headers.getSetCookie()) {
       this.setCookies.push(cookie)
       const [pair = "", ...attributes] = cookie.split(";")
@@ -59,4 +67,14 @@ export function freePort(): Promise<number> {
       server.close(() => resolve(port))
     })
   })
+}
+
+/** node:http's answer as fetch's Response, so that a session answers alike from any address. */
+function asResponse(answer: Awaited<ReturnType<typeof requestFrom>>): Response {
+  const headers = new Headers()
+  for (const [name, value] of Object.entries(answer.headers)) {
+    for (const one of [value ?? []].flat()) headers.append(name, one)
+  }
+  const bodyless = answer.status === 204 || answer.status === 304
+  return new Response(bodyless ? null : answer.text, { status: answer.status, headers })
 }

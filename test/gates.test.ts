@@ -3,7 +3,17 @@ import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { root, runnel, runnelBin } from "./cli.ts"
-import { type Answer, call, eventually, kubectl, type ServerProcess, serverProcesses } from "./server-process.ts"
+import { mcpClient } from "./mcp-client.ts"
+import {
+  type Answer,
+  bareToolCall,
+  call,
+  eventually,
+  type Json,
+  kubectl,
+  type ServerProcess,
+  serverProcesses,
+} from "./server-process.ts"
 
 // Approval gates (issue 15) through a real `runnel server` in its own process, the native driver,
 // over HTTP as a person would use them: a script waits, a person approves, rejects, or lets it expire.
@@ -137,7 +147,12 @@ describe("approval gates of a script", () => {
     // The run shows what it waits on: its console says how to approve, its status names the gate.
     const waiting = await api("GET", `/api/runs/${runId}`)
     expect(waiting.body.status).toBe("running")
-    const console = (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console")
+    // The gate is listed as soon as it is pending; the console line may be stored a moment later.
+    const console = await eventually(
+      async () => (await tasksOf(api, runId)).find((t) => t.path === "pipeline/console"),
+      (task) => task?.stdout.includes("waiting for approval") === true,
+      "the console says the run waits for approval",
+    )
     expect(console?.stdout).toContain(`waiting for approval of gate "deploy" (id ${gate.id}, expires in 10m0s)`)
     expect(console?.stdout).toContain(`POST /api/gates/${gate.id}/approve`)
     expect(console?.stdout).toContain(`runnel gate approve ${gate.id}`)
@@ -321,9 +336,141 @@ describe("gate steps of a YAML pipeline", () => {
   }, 60_000)
 })
 
+describe("gates through MCP", () => {
+  /** A gate's id in an MCP tool error, as JSON-escaped in its text. */
+  const quoted = (text: string) => JSON.stringify(text).slice(1, -1)
+  /** The gate decisions in a server's audit log. */
+  const gateAudit = (server: ServerProcess) =>
+    server
+      .stdout()
+      .split("\n")
+      .filter((line) => line.includes('"kind":"audit"') && line.includes('"gate.'))
+      .map((line) => JSON.parse(line))
+  /** A server started with `args` and an MCP client of it sending `headers`, both ended after `test`. */
+  async function withMcp(
+    args: readonly string[],
+    headers: Record<string, string>,
+    test: (server: ServerProcess, mcp: Awaited<ReturnType<typeof mcpClient>>) => Promise<void>,
+  ) {
+    const server = await servers.start(args)
+    const mcp = await mcpClient(server.url, headers)
+    try {
+      await test(server, mcp)
+    } finally {
+      await mcp.client.close()
+      server.child.kill("SIGTERM")
+    }
+  }
+
+  it("approve_gate and reject_gate decide as REST does, audited with the user as actor, refused as REST refuses", async () => {
+    await withMcp([...gatesOn, "--mcp-allow-actions"], {}, async (server, { call }) => {
+      const api = apiOf(server)
+      const approvedRun = await trigger(api, "mcp-approve", gated(`{ name: "deploy" }`))
+      const [gate] = await gatesOf(api, approvedRun)
+      const approved = await call("approve_gate", { gate_id: gate.id, comment: "ship it" })
+      expect(approved.isError, approved.text).toBe(false)
+      expect(approved.json).toMatchObject({
+        id: gate.id,
+        run_id: approvedRun,
+        name: "deploy",
+        status: "approved",
+        resolved_by: "anonymous",
+        comment: "ship it",
+      })
+      expect((await finished(api, approvedRun)).status).toBe("success")
+      expect((await tasksOf(api, approvedRun)).find((t) => t.path === "pipeline/console")?.stdout).toContain(
+        "continuing after anonymous ship it",
+      )
+      const again = await call("reject_gate", { gate_id: gate.id })
+      expect(again.isError).toBe(true)
+      expect(again.text).toContain(quoted(`gate "${gate.id}" is already approved by anonymous`))
+
+      const rejectedRun = await trigger(api, "mcp-reject", gated(`{ name: "deploy" }`))
+      const [rejectedGate] = await gatesOf(api, rejectedRun)
+      expect((await call("reject_gate", { gate_id: rejectedGate.id, comment: "not today" })).json).toMatchObject({
+        status: "rejected",
+        resolved_by: "anonymous",
+        comment: "not today",
+      })
+      expect((await finished(api, rejectedRun)).status).toBe("failure")
+
+      // The approvers rule refuses through MCP as through REST; the gate stays pending.
+      const guardedRun = await trigger(
+        api,
+        "mcp-guarded",
+        gated(`{ name: "deploy", approvers: '"release" in Groups' }`),
+      )
+      const [guarded] = await gatesOf(api, guardedRun)
+      const refused = await call("approve_gate", { gate_id: guarded.id })
+      expect(refused.isError).toBe(true)
+      expect(refused.text).toContain(quoted('gate "deploy" may be decided only by users matching "release" in Groups'))
+      expect((await api("GET", `/api/gates/${guarded.id}`)).body.status).toBe("pending")
+      expect((await api("POST", `/api/runs/${guardedRun}/stop`)).status).toBe(200)
+      const missing = await call("approve_gate", { gate_id: "no-such-gate" })
+      expect(missing.isError).toBe(true)
+      expect(missing.text).toContain(quoted('gate "no-such-gate" not found'))
+
+      // Each decision audited once, by the tool (the watch leaves the server's own decisions alone).
+      expect(gateAudit(server)).toEqual([
+        expect.objectContaining({
+          msg: "gate.approved",
+          actor: "anonymous",
+          via: "mcp",
+          gate: gate.id,
+          comment: "ship it",
+        }),
+        expect.objectContaining({ msg: "gate.rejected", actor: "anonymous", via: "mcp", gate: rejectedGate.id }),
+      ])
+    })
+  }, 90_000)
+
+  it("decides as the authenticated user, whom the approvers rule and the audit see", async () => {
+    const authorization = `Basic ${Buffer.from("alice:pw").toString("base64")}`
+    const basicAuth = ["--basic-auth-username", "alice", "--basic-auth-password", "pw"]
+    await withMcp([...gatesOn, "--mcp-allow-actions", ...basicAuth], { authorization }, async (server, { call }) => {
+      const api: Api = async (method, path, body) => {
+        const response = await fetch(`${server.url}${path}`, {
+          method,
+          headers: { authorization, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+          body: body === undefined ? undefined : JSON.stringify(body),
+        })
+        const text = await response.text()
+        return { status: response.status, body: text === "" ? undefined : JSON.parse(text), type: null }
+      }
+      const runId = await trigger(api, "mcp-alice", gated(`{ name: "deploy", approvers: 'Name == "alice"' }`))
+      const [gate] = await gatesOf(api, runId)
+      expect((await call("approve_gate", { gate_id: gate.id })).json).toMatchObject({
+        status: "approved",
+        resolved_by: "basic:alice",
+      })
+      expect((await finished(api, runId)).status).toBe("success")
+      const bobs = await trigger(api, "mcp-bob", gated(`{ name: "deploy", approvers: 'Name == "bob"' }`))
+      const [bobsGate] = await gatesOf(api, bobs)
+      const refused = await call("reject_gate", { gate_id: bobsGate.id })
+      expect(refused.isError).toBe(true)
+      expect(refused.text).toContain(quoted(`gate "deploy" may be decided only by users matching Name == "bob"`))
+      expect((await api("POST", `/api/runs/${bobs}/stop`)).status).toBe(200)
+      expect(gateAudit(server)).toEqual([
+        expect.objectContaining({ msg: "gate.approved", actor: "basic:alice", via: "mcp", gate: gate.id }),
+      ])
+    })
+  }, 90_000)
+
+  it("offers no approve_gate or reject_gate without --mcp-allow-actions", async () => {
+    await withMcp(gatesOn, {}, async (server, { client }) => {
+      const names = (await client.listTools()).tools.map((tool) => tool.name)
+      expect(names).toContain("get_run")
+      expect(names).not.toContain("approve_gate")
+      expect(names).not.toContain("reject_gate")
+      const answer = await bareToolCall(server.url, "approve_gate", { gate_id: "any" })
+      expect(((await answer.json()) as Json).error.message).toContain('unknown tool "approve_gate"; the tools are:')
+    })
+  }, 60_000)
+})
+
 describe("the gates feature off", () => {
-  it("fails pipeline.gate() and answers 403 on every gate path", async () => {
-    const server = await servers.start()
+  it("fails pipeline.gate() and answers 403 on every gate path, and MCP has no gate tools", async () => {
+    const server = await servers.start(["--mcp-allow-actions"])
     const api = apiOf(server)
     try {
       const runId = await trigger(api, "no-gates", gated(`{ name: "deploy" }`))
@@ -349,6 +496,8 @@ describe("the gates feature off", () => {
         expect(answer.status, `${method} ${path}`).toBe(403)
         expect(answer.body.error).toContain('the "gates" feature is not enabled')
       }
+      const tool = await bareToolCall(server.url, "reject_gate", { gate_id: "x" })
+      expect(((await tool.json()) as Json).error.message).toContain('unknown tool "reject_gate"')
     } finally {
       server.child.kill("SIGTERM")
     }

@@ -4,7 +4,7 @@ import { request } from "node:https"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { issueToken } from "../apiserver/auth/session-token.ts"
-import { providerUser } from "../apiserver/auth/user.ts"
+import { testUser } from "../apiserver/auth/test-user.fixture.ts"
 import { certificateAuthority, serverCertificate } from "../lib/crypto/certificates.ts"
 import { runnel } from "./cli.ts"
 import { eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
@@ -28,17 +28,6 @@ const oauthFlags = (url: string) => [
   "--oauth-callback-url",
   url,
 ]
-const githubUser = (nick: string, groups: string[]) =>
-  providerUser({
-    UserID: `id-${nick}`,
-    Email: `${nick}@example.com`,
-    Name: nick,
-    NickName: nick,
-    Provider: "github",
-    Organizations: [],
-    Groups: groups,
-  })
-
 type Result = { code: number; stdout: string; stderr: string }
 
 function kubectl(cwd: string, kubeconfig: string, ...args: string[]): Promise<Result> {
@@ -93,8 +82,8 @@ describe("kubectl against /k8s under OAuth, with the server's own certificate au
 
   it("refuses kubectl without credentials with 401, and says so in a Kubernetes Status", async () => {
     server = await servers.start([...oauthFlags("http://127.0.0.1:1"), "--k8s-admin-rbac", '"ops" in Groups'])
-    adminToken = await issueToken(sessionSecret, githubUser("alice", ["ops"]))
-    outsiderToken = await issueToken(sessionSecret, githubUser("bob", ["dev"]))
+    adminToken = await issueToken(sessionSecret, testUser("alice", ["ops"]))
+    outsiderToken = await issueToken(sessionSecret, testUser("bob", ["dev"]))
 
     const anonymous = await kubectl(
       server.cwd,
@@ -121,7 +110,7 @@ describe("kubectl against /k8s under OAuth, with the server's own certificate au
       "-s",
       server.url,
       "--auth-token",
-      await issueToken("another-servers-secret-0123456789abcdef", githubUser("alice", ["ops"])),
+      await issueToken("another-servers-secret-0123456789abcdef", testUser("alice", ["ops"])),
     ])
     const refused = await kubectl(server.cwd, wrongToken.path, "get", "pipelines.runnel.dev")
     expect(refused.code).toBe(1)

@@ -158,6 +158,23 @@ describe("a 401 from a client command", () => {
 })
 
 describe("runnel login against a server without OAuth", () => {
+  // Last in this file: it leaves this test's address (127.0.0.1) without device codes for ten minutes.
+  it("says why when the server refuses more device codes from this address (429), with the wait", async () => {
+    const asked = []
+    for (let i = 0; i < 6; i++) {
+      asked.push(
+        (await fetch(`${url}/auth/device/code`, { method: "POST", body: new URLSearchParams({ client_id: "x" }) }))
+          .status,
+      )
+    }
+    expect(asked).toContain(429)
+    const result = await runnel(["login", "-s", url, "-c", join(servers.dir, "refused.config")])
+    expect(result.code).toBe(1)
+    expect(result.stderr).toMatch(
+      /^runnel: too many logins started from this address \(10 a minute, or too many under way\); try again in \d+ s\n$/,
+    )
+  })
+
   it("says the server has no OAuth login", async () => {
     const open = await servers.start()
     const result = await runnel(["login", "-s", open.url, "-c", join(servers.dir, "open.config")])

@@ -170,6 +170,11 @@ describe("the browser login", () => {
   })
 })
 
+// The tests below fail or start logins on purpose, each from its own address (127.0.0.x): one
+// address doing all of it within a minute would be answered 429 (docs/auth.md "Rate limiting").
+let lastOctet = 9
+const ownAddress = () => `127.0.0.${++lastOctet}`
+
 describe("the browser login refuses", () => {
   it("an unknown provider in a path with 404 naming the enabled ones", async () => {
     for (const path of ["/auth/bitbucket/login", "/auth/bitbucket/callback?state=x&code=y", "/auth/microsoft/login"]) {
@@ -200,20 +205,20 @@ describe("the browser login refuses", () => {
   })
 
   it("honours a next that is a path with a query", async () => {
-    const { visited } = await logIn(new BrowserSession(), "github", "/api/pipelines?x=1")
+    const { visited } = await logIn(new BrowserSession(ownAddress()), "github", "/api/pipelines?x=1")
     expect(visited.at(-1)).toBe(`${url}/api/pipelines?x=1`)
   })
 
   it("a callback without state, with an unknown one, or replayed, with 400", async () => {
-    const noState = await json(await fetch(`${url}/auth/github/callback?code=abc`))
+    const session = new BrowserSession(ownAddress())
+    const noState = await json(await session.request(`${url}/auth/github/callback?code=abc`))
     expect(noState).toEqual({ status: 400, body: { error: expect.stringMatching(/has no state/) } })
-    const unknown = await json(await fetch(`${url}/auth/github/callback?code=abc&state=made-up`))
+    const unknown = await json(await session.request(`${url}/auth/github/callback?code=abc&state=made-up`))
     expect(unknown).toEqual({
       status: 400,
       body: { error: expect.stringMatching(/state is unknown, expired or already used/) },
     })
 
-    const session = new BrowserSession()
     const toProvider = await session.request(`${url}/auth/github/login`)
     const toCallback = await fetch(toProvider.headers.get("location") as string, { redirect: "manual" })
     const callback = toCallback.headers.get("location") as string
@@ -224,15 +229,16 @@ describe("the browser login refuses", () => {
   })
 
   it("a callback in another browser than the one that started the login with 400", async () => {
-    const toProvider = await new BrowserSession().request(`${url}/auth/gitlab/login`)
+    const address = ownAddress()
+    const toProvider = await new BrowserSession(address).request(`${url}/auth/gitlab/login`)
     const toCallback = await fetch(toProvider.headers.get("location") as string, { redirect: "manual" })
-    const other = await new BrowserSession().request(toCallback.headers.get("location") as string)
+    const other = await new BrowserSession(address).request(toCallback.headers.get("location") as string)
     expect(other.status).toBe(400)
     expect((await bodyOf(other)).error).toMatch(/started in another browser/)
   })
 
   it("a callback for another provider than the login's with 400", async () => {
-    const session = new BrowserSession()
+    const session = new BrowserSession(ownAddress())
     const toProvider = await session.request(`${url}/auth/gitlab/login`)
     const state = new URL(toProvider.headers.get("location") as string).searchParams.get("state") as string
     const answer = await session.request(`${url}/auth/github/callback?code=x&state=${state}`)
@@ -240,7 +246,7 @@ describe("the browser login refuses", () => {
   })
 
   it("a callback without a code, or with one the provider refuses, with 400, audited without the code", async () => {
-    const session = new BrowserSession()
+    const session = new BrowserSession(ownAddress())
     let state = new URL(
       (await session.request(`${url}/auth/github/login`)).headers.get("location") as string,
     ).searchParams.get("state")
@@ -266,7 +272,7 @@ describe("the browser login refuses", () => {
   it("a login whose provider API fails with 502 naming the provider and the path, never the token", async () => {
     standins.microsoft.failApi = true
     try {
-      const { response } = await new BrowserSession().follow(`${url}/auth/microsoftonline/login`)
+      const { response } = await new BrowserSession(ownAddress()).follow(`${url}/auth/microsoftonline/login`)
       expect(response.status).toBe(502)
       expect((await bodyOf(response)).error).toMatch(
         /^Microsoft answered GET \/v1.0\/me(\/memberOf)? with HTTP 500; the login cannot read the user$/,
@@ -286,7 +292,7 @@ describe("the browser login refuses", () => {
   it("a login the user declines at the provider with 403", async () => {
     standins.gitlab.deny = true
     try {
-      const { response } = await new BrowserSession().follow(`${url}/auth/gitlab/login`)
+      const { response } = await new BrowserSession(ownAddress()).follow(`${url}/auth/gitlab/login`)
       expect(response.status).toBe(403)
       expect((await bodyOf(response)).error).toBe(
         "GitLab did not authorize the login (access_denied); start again at /auth/login",
@@ -299,7 +305,7 @@ describe("the browser login refuses", () => {
 
 describe("requests authenticated by the session cookie", () => {
   it("are refused (403) when they change something from another site or say nothing of where they come from", async () => {
-    const session = new BrowserSession()
+    const session = new BrowserSession(ownAddress())
     await logIn(session, "github")
     const noOrigin = await session.request(`${url}/api/pipelines/nothing/pause`, { method: "POST" })
     expect(noOrigin.status).toBe(403)
@@ -318,7 +324,7 @@ describe("requests authenticated by the session cookie", () => {
   })
 
   it("do not concern API clients with a Bearer header, whatever their Origin", async () => {
-    const session = new BrowserSession()
+    const session = new BrowserSession(ownAddress())
     await logIn(session, "gitlab")
     const token = sessionCookies(sessionSecret).open(session.cookies.get("runnel_session") as string) as string
     const response = await fetch(`${url}/api/pipelines/nothing/pause`, {

@@ -38,11 +38,12 @@ const domainFree = ["crypto", "sqlite", "containers"]
 export const packagePlaces: Readonly<Record<string, readonly string[]>> = {
   "isolated-vm": ["operator/engine/sandbox/"],
   dockerode: ["lib/containers/"],
+  "isomorphic-git": ["operator/engine/resources/"],
   koa: ["apiserver/"],
   "@koa/router": ["apiserver/"],
   "@kubernetes/client-node": ["lib/kube/", "operator/", "apiserver/", "cli/"],
   "@aws-sdk/client-s3": ["lib/secrets/"],
-  esbuild: ["lib/script/"],
+  esbuild: ["lib/script/", "apiserver/ui/"],
   commander: ["cli/"],
   "@marcbachmann/cel-js": ["lib/cel/"],
   "@modelcontextprotocol/sdk": ["apiserver/mcp/"],

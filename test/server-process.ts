@@ -15,12 +15,24 @@ export function serverProcesses(prefix: string) {
   let count = 0
   return {
     dir,
-    /** `bin/runnel server --port 0 --driver native` on a temp database, unless `command` says otherwise. */
+    /** `bin/runnel server --port 0 --driver native --allowed-drivers *,native` on a temp database, unless `command` or `args` say otherwise. */
     start(args: readonly string[] = [], command: readonly string[] = ["server"]): Promise<ServerProcess> {
       const cwd = mkdtempSync(join(dir, `server-${++count}-`))
       const child = spawn(
         runnelBin,
-        [...command, "--port", "0", "--driver", "native", "--storage-sqlite-path", join(cwd, "runnel.db"), ...args],
+        [
+          ...command,
+          "--port",
+          "0",
+          "--driver",
+          "native",
+          // Named, so that it stays allowed with authentication on, where `*` leaves it out.
+          "--allowed-drivers",
+          "*,native",
+          "--storage-sqlite-path",
+          join(cwd, "runnel.db"),
+          ...args,
+        ],
         { cwd, stdio: ["ignore", "pipe", "pipe"] },
       )
       started.add(child)

@@ -3,12 +3,14 @@
  *
  * A pipeline script runs in its own V8 isolate, not in Node. These globals are
  * its only way out: there is no Node API, no `require` or `import` of modules,
- * no filesystem, no `process` and no network.
+ * no filesystem, no `process`, and no network but `fetch()`.
  *
  * This file is a script (it has no top-level import or export), so listing it
  * in a tsconfig `include` or `files`, or referencing it with
  * `/// <reference path="path/to/runnel/types/runnel.d.ts" />`, makes the
- * globals known to the editor and to `tsc`. runnel itself strips types and
+ * globals known to the editor and to `tsc`. Use it with `"types": []` and
+ * `"lib": ["es2024"]`: Node's types and the DOM library declare their own
+ * `fetch`, `Headers` and `Response`, which clash with these. runnel itself strips types and
  * does not check them.
  */
 
@@ -350,4 +352,213 @@ declare const pipeline: {
    * const { approvedBy } = await pipeline.gate({ name: "production", message: "Deploy?", timeout: "1h" })
    */
   gate(options: GateOptions): Promise<GateApproval>
+}
+
+/** Header values for fetch(): a Headers object, an object of names to values, or a list of `[name, value]` pairs. */
+type HeadersInit = Headers | Record<string, string> | readonly (readonly [string, string])[]
+
+/**
+ * HTTP headers, as the WHATWG fetch standard's `Headers`: names ignore case
+ * (and are given in lower case), `get` joins repeated values with `, `,
+ * iteration is sorted by name.
+ */
+declare class Headers implements Iterable<[string, string]> {
+  /** @throws TypeError for a header name that is not an HTTP token, or a value with a line break. */
+  constructor(init?: HeadersInit)
+  append(name: string, value: string): void
+  set(name: string, value: string): void
+  delete(name: string): void
+  /** The values of `name` joined with `, `, or null when absent. */
+  get(name: string): string | null
+  /** Each `set-cookie` value on its own. */
+  getSetCookie(): string[]
+  has(name: string): boolean
+  forEach(callback: (value: string, name: string, headers: Headers) => void, thisArg?: unknown): void
+  entries(): IterableIterator<[string, string]>
+  keys(): IterableIterator<string>
+  values(): IterableIterator<string>
+  [Symbol.iterator](): IterableIterator<[string, string]>
+}
+
+/** The options of fetch(). */
+interface RequestInit {
+  /** `GET` by default; standard methods in any case are upper-cased. */
+  method?: string
+  headers?: HeadersInit
+  /**
+   * A string (sent as UTF-8, `content-type: text/plain;charset=UTF-8` unless
+   * given), an ArrayBuffer or a typed array. Send an object as
+   * `JSON.stringify(value)` with a JSON content type. Not allowed on GET and HEAD.
+   */
+  body?: string | ArrayBuffer | ArrayBufferView
+  /**
+   * runnel's own option: how long the whole exchange (redirects and body
+   * included) may take, as a duration such as `"5s"` or a number of seconds.
+   * Default 30 s. Passed, the call rejects with a message naming the timeout.
+   */
+  timeout?: string | number
+}
+
+/** What fetch() resolves to. The body can be read once, by one of the methods. */
+interface Response {
+  readonly status: number
+  /** True for a status from 200 to 299. */
+  readonly ok: boolean
+  readonly statusText: string
+  /** Where the answer came from, after redirects. */
+  readonly url: string
+  /** True when a redirect was followed. */
+  readonly redirected: boolean
+  readonly headers: Headers
+  readonly bodyUsed: boolean
+  /** The body decoded as UTF-8. */
+  text(): Promise<string>
+  /** The body parsed as JSON. */
+  // biome-ignore lint/suspicious/noExplicitAny: typed as the DOM library does, so `const x: T = await response.json()` checks
+  json(): Promise<any>
+  arrayBuffer(): Promise<ArrayBuffer>
+}
+
+/**
+ * Sends an HTTP request and resolves with the response, as the WHATWG fetch
+ * does (requires the server's `fetch` feature). runnel's operator sends it,
+ * not the sandbox: only `http:` and `https:` URLs, redirects followed (at most
+ * 20), gzip, deflate and br bodies undone, no cookies or proxy of the host.
+ * A response body larger than the server's `--fetch-max-response-mb` (10 MiB
+ * by default) rejects. Cloud metadata addresses (169.254.169.254 and the like)
+ * are refused, also when a name resolves to one or a redirect leads there,
+ * unless the server runs with `--allow-metadata-addresses`. Each call writes one
+ * line to the run's console: `fetch GET https://... -> 200 in 45 ms`.
+ *
+ * Any status resolves (check `ok`); the promise rejects, with a message the
+ * script can catch, for a URL that is not valid or not http(s), a refused
+ * address, a network failure, the timeout or the size limit, and with exactly
+ * `fetch feature is not enabled` when the feature is off (nothing is sent).
+ *
+ * @example
+ * const response = await fetch("https://api.example.com/status", { headers: { accept: "application/json" } })
+ * if (!response.ok) throw new Error(`status check answered ${response.status}`)
+ * const { healthy } = await response.json()
+ */
+declare function fetch(url: string, init?: RequestInit): Promise<Response>
+
+/** A Slack notification: chat.postMessage to each channel. */
+interface SlackNotifyConfig {
+  type: "slack"
+  /** A bot token (`xoxb-...`), best as `secret:SLACK_TOKEN`. */
+  token: string
+  /** Channel names or ids, at least one: `["#builds", "C0123456"]`. */
+  channels: string[]
+}
+
+/** A Microsoft Teams notification through a workflow webhook: an Adaptive Card with the message. */
+interface TeamsNotifyConfig {
+  type: "teams"
+  /** The workflow's webhook URL, best as `secret:TEAMS_WEBHOOK` (the URL carries its own key). */
+  webhook: string
+}
+
+/**
+ * A notification to any HTTP endpoint: a JSON body
+ * `{name, message, run_id, pipeline_name, status}`.
+ */
+interface HttpNotifyConfig {
+  type: "http"
+  /** An http(s) URL, or `secret:KEY`. */
+  url: string
+  /** `POST` by default. */
+  method?: string
+  /** Each value may be `secret:KEY`; `content-type` is `application/json` unless given. */
+  headers?: Record<string, string>
+}
+
+type NotifyConfig = SlackNotifyConfig | TeamsNotifyConfig | HttpNotifyConfig
+
+/** Notifications: configure them once, then send by name (docs/pipelines.md). */
+declare const notify: {
+  /**
+   * Replaces the run's notification configs, by name. `secret:KEY` values in
+   * `token`, `webhook`, `url` and each `headers` entry are resolved when a
+   * notification is sent, not here.
+   * @throws TypeError naming the config and the field, for an unknown `type` or a missing or wrong field; no config is then taken.
+   */
+  setConfigs(configs: Record<string, NotifyConfig>): void
+  /**
+   * Sends `message` (with secret values replaced by `***REDACTED***`) through
+   * the config named `name` (requires the server's `notifications` feature).
+   * Tries again on 429 and 5xx answers and network failures, waiting as
+   * `Retry-After` says or 0.5 s, 1 s, 2 s; at most 4 attempts of 10 s each.
+   * @throws Error naming the configured names for an unknown `name`; naming
+   * the key of a missing secret; with the backend, the status and the first
+   * line of the answer when it fails; with Slack's error code when Slack
+   * answers `ok: false`; exactly `notifications feature is not enabled` when the
+   * feature is off (nothing is sent).
+   *
+   * @example
+   * notify.setConfigs({ builds: { type: "slack", token: "secret:SLACK_TOKEN", channels: ["#builds"] } })
+   * await notify.send({ name: "builds", message: `deploy of ${pipelineContext.pipelineName} finished` })
+   */
+  send(notification: { name: string; message: string }): Promise<void>
+}
+
+/** A resource version as the Concourse resource protocol gives it: `{ ref: "<sha>" }` for git. */
+type ResourceVersion = Record<string, string>
+
+/** A place in a volume: the volume, and a relative directory inside it (its root by default). */
+type VolumePlace = Volume | { volume: Volume; path?: string }
+
+/** What a native resource operation takes. */
+interface ResourceOptions {
+  /**
+   * `mock` (Concourse's mock resource), `git` (needs the `fetch` feature; done by runnel itself over
+   * http(s)), one of Concourse's own types (`s3`, `time`, `semver`, ... run
+   * from `concourse/<type>-resource`), or any type with `image`.
+   */
+  type: string
+  /**
+   * The resource's configuration, as Concourse names it (git: `uri`, `branch`,
+   * `username`, `password`). `secret:KEY` strings anywhere inside, in nested
+   * objects and lists too, are replaced by the secret; a missing one ends the
+   * run with status `error`.
+   */
+  source?: Record<string, unknown>
+  /** The operation's parameters, with `secret:KEY` strings resolved as in `source`. */
+  params?: Record<string, unknown>
+  /** The image of a Concourse resource type runnel does not know by name. */
+  image?: string
+}
+
+/** A fetched or pushed version and its metadata. */
+interface ResourceResult {
+  readonly version: ResourceVersion
+  readonly metadata: readonly { readonly name: string; readonly value: string }[]
+}
+
+/**
+ * Concourse resources called from a script. Each call is a task of the run
+ * (`tasks/<n>/<type>-<operation>`, numbered with runtime.run's tasks), with
+ * its own status and output. A call rejects with a message the script can
+ * catch for an unknown type, a git source without `uri`, or a failure of the
+ * resource.
+ */
+declare const nativeResources: {
+  /** The versions from `version` on (the newest alone without it), oldest first. */
+  check(options: ResourceOptions & { version?: ResourceVersion }): Promise<ResourceVersion[]>
+  /**
+   * Puts `version` (the newest without it) into `destDir`. git checks out
+   * the commit with its `.git` directory, so a later push can use the clone.
+   */
+  fetch(options: ResourceOptions & { version?: ResourceVersion; destDir: VolumePlace }): Promise<ResourceResult>
+  /**
+   * Creates a new version. git: `params.repository` is the volume holding a
+   * clone (from `fetch`); its HEAD is pushed to `source.branch` and, with
+   * `params.tag` (the tag's name), tagged; `only_tag: true` pushes the tag
+   * alone. Other types: `inputs` mounts volumes as the put's inputs by name.
+   */
+  push(
+    options: ResourceOptions & {
+      params?: Record<string, unknown> & { repository?: VolumePlace; tag?: string; only_tag?: boolean }
+      inputs?: Record<string, VolumePlace>
+    },
+  ): Promise<ResourceResult>
 }

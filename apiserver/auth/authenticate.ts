@@ -1,6 +1,8 @@
 import type { Context, Middleware } from "koa"
 import type { AuthSettings } from "../../lib/config/auth.ts"
+import { RunnelError } from "../../lib/core/errors.ts"
 import { sameSecret } from "../../lib/crypto/same-secret.ts"
+import { FailureCounter } from "./failure-counter.ts"
 import { type SessionCookies, sessionCookieName, sessionCookies } from "./session-cookie.ts"
 import { unauthorized, verifyToken } from "./session-token.ts"
 import { anonymousUser, basicUser, type RequestUser } from "./user.ts"
@@ -60,34 +62,86 @@ function oauthAuthenticator(sessionSecret: string, cookies: SessionCookies): Aut
   }
 }
 
-/** The credentials after `<scheme> `, or a 401 naming what the header lacks. */
+/** The credentials after `<scheme> `, or a 401 naming what the header lacks (never echoing what it holds). */
 function schemeValue(authorization: string | undefined, scheme: "Basic" | "Bearer"): string {
   if (authorization === undefined || authorization === "") {
     throw unauthorized(`authentication required: send an Authorization: ${scheme} header`)
   }
   const space = authorization.indexOf(" ")
-  const given = space < 0 ? authorization : authorization.slice(0, space)
+  // HTTP drops a header value's trailing spaces: "Bearer " arrives as "Bearer".
+  if (space < 0 && authorization.toLowerCase() === scheme.toLowerCase()) {
+    throw unauthorized(`the Authorization header has no ${scheme} credentials after the scheme`)
+  }
+  if (space < 0) {
+    throw unauthorized(`the Authorization header has no scheme: send "Authorization: ${scheme} <credentials>"`)
+  }
+  const given = authorization.slice(0, space)
   if (given.toLowerCase() !== scheme.toLowerCase()) {
-    throw unauthorized(`the Authorization header must use the ${scheme} scheme, not "${given.slice(0, 20)}"`)
+    // The scheme is named back only when it looks like one, so that a pasted secret is never echoed.
+    const named = /^[A-Za-z][A-Za-z0-9-]{0,19}$/.test(given) ? `, not ${given}` : ""
+    throw unauthorized(`the Authorization header must use the ${scheme} scheme${named}`)
   }
   const value = authorization.slice(space + 1).trim()
-  if (space < 0 || value === "")
-    throw unauthorized(`the Authorization header has no ${scheme} credentials after the scheme`)
+  if (value === "") throw unauthorized(`the Authorization header has no ${scheme} credentials after the scheme`)
   return value
 }
 
+/** The `WWW-Authenticate` header of a 401 in one mode (RFC 7617 for Basic, RFC 6750 for Bearer). */
+export type Challenge = (error: Error, credentialsGiven: boolean) => string
+
+export function challengeOf(mode: AuthSettings["mode"]): Challenge {
+  if (mode === "basic") return () => 'Basic realm="runnel", charset="UTF-8"'
+  return (error, credentialsGiven) =>
+    credentialsGiven
+      ? `Bearer realm="runnel", error="invalid_token", error_description="${quoted(error.message)}"`
+      : 'Bearer realm="runnel"'
+}
+
+/** A quoted-string's content: printable ASCII only, without quotes or backslashes. */
+const quoted = (text: string) => text.replace(/[^\x20-\x7e]|["\\]/g, "'")
+
 /**
- * Puts the request's user on the context for every route, or answers 401.
- * Webhooks are authenticated by their signatures instead (interface.md), and /auth needs no user.
+ * Puts the request's user on the context for every route, or answers 401
+ * with the mode's challenge. Webhooks are authenticated by their signatures
+ * instead (interface.md), and /auth needs no user. An address whose
+ * credentials failed `failures`' limit within its window is answered 429
+ * with Retry-After before its credentials are even looked at, so guessing
+ * a password is slow.
  */
-export function authentication(authenticate: Authenticate): Middleware {
+export function authentication(deps: {
+  authenticate: Authenticate
+  challenge: Challenge
+  /** Shared with whatever else checks credentials in this process (/k8s), so a guesser cannot switch doors. */
+  failures?: FailureCounter | undefined
+}): Middleware {
+  const failures = deps.failures ?? new FailureCounter()
   return async (ctx, next) => {
     // /auth is how one logs in (apiserver/routes/login.ts); it checks the session cookie itself where it needs a user.
     if (!ctx.path.startsWith("/api/webhooks/") && !/^\/auth(\/|$)/.test(ctx.path)) {
-      ctx.state.user = await authenticate({
-        authorization: ctx.get("Authorization") || undefined,
-        sessionCookie: ctx.cookies.get(sessionCookieName),
-      })
+      const address = ctx.ip
+      const waitMs = failures.blockedFor(address, Date.now())
+      if (waitMs > 0) {
+        const seconds = Math.ceil(waitMs / 1000)
+        ctx.set("Retry-After", String(seconds))
+        throw new RunnelError(
+          429,
+          "too_many_failures",
+          `too many failed authentication attempts from this address; try again in ${seconds} s`,
+        )
+      }
+      const authorization = ctx.get("Authorization") || undefined
+      const sessionCookie = ctx.cookies.get(sessionCookieName)
+      try {
+        ctx.state.user = await deps.authenticate({ authorization, sessionCookie })
+      } catch (error) {
+        if (error instanceof RunnelError && error.status === 401) {
+          const given = authorization !== undefined || sessionCookie !== undefined
+          // Only wrong credentials count: a client that has not logged in yet is no guesser.
+          if (given) failures.add(address, Date.now())
+          ctx.set("WWW-Authenticate", deps.challenge(error, given))
+        }
+        throw error
+      }
     }
     await next()
   }

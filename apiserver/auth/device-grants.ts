@@ -1,5 +1,4 @@
 import { createHash, randomBytes, randomInt } from "node:crypto"
-import { RunnelError } from "../../lib/core/errors.ts"
 import { OAuthError } from "../errors.ts"
 
 /**
@@ -13,12 +12,16 @@ import { OAuthError } from "../errors.ts"
 export const deviceCodeLifetimeMs = 10 * 60_000
 /** RFC 8628 section 3.2's default polling interval; `slow_down` adds 5 seconds to it. */
 export const pollIntervalMs = 5_000
+/** Device codes one address may have pending at once: `runnel login` asks for one at a time (docs/auth.md). */
+export const deviceCodesPerAddress = 5
 
 /** RFC 8628 section 6.1: no vowels (no words), no look-alike digits; 20^8 codes. */
 const userCodeAlphabet = "BCDFGHJKLMNPQRSTVWXZ"
 
 type Grant = {
   readonly userCode: string
+  /** The client address that asked for it: each address has its own allowance. */
+  readonly address: string
   readonly expiresAt: number
   intervalMs: number
   lastPollAt: number | undefined
@@ -44,11 +47,29 @@ export class DeviceGrants {
     this.#capacity = capacity
   }
 
-  /** A new grant; a 503 when `capacity` grants are pending at once. */
-  start(): DeviceAuthorization {
+  /**
+   * How long `address` must wait before it may ask for another device code, in milliseconds; 0
+   * when it may now. Only its pending, unexpired codes count, so that one address cannot fill the
+   * table that every address shares.
+   */
+  blockedFor(address: string): number {
+    const now = this.#now()
+    const own = [...this.#byDeviceCode.values()].filter(
+      (grant) => grant.address === address && grant.state === "pending" && now < grant.expiresAt,
+    )
+    if (own.length < deviceCodesPerAddress) return 0
+    return Math.min(...own.map((grant) => grant.expiresAt)) - now
+  }
+
+  /** A new grant for `address`; a 503 when `capacity` grants are kept at once (never made room for by forgetting another). */
+  start(address: string): DeviceAuthorization {
     this.#prune()
     if (this.#byDeviceCode.size >= this.#capacity) {
-      throw new RunnelError(503, "too_many_logins", "too many logins are pending on this server; try again in a minute")
+      throw new OAuthError(
+        503,
+        "temporarily_unavailable",
+        "too many logins are pending on this server; try again in a minute",
+      )
     }
     const deviceCode = randomBytes(32).toString("base64url")
     let userCode: string
@@ -56,6 +77,7 @@ export class DeviceGrants {
     while (this.#pending(userCode) !== undefined)
     this.#byDeviceCode.set(digest(deviceCode), {
       userCode,
+      address,
       expiresAt: this.#now() + deviceCodeLifetimeMs,
       intervalMs: pollIntervalMs,
       lastPollAt: undefined,

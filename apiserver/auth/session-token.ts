@@ -1,4 +1,4 @@
-import { errors, jwtVerify, SignJWT } from "jose"
+import { decodeJwt, decodeProtectedHeader, errors, jwtVerify, SignJWT } from "jose"
 import { RunnelError } from "../../lib/core/errors.ts"
 import { providerUser, type RequestUser } from "./user.ts"
 
@@ -36,6 +36,14 @@ export async function issueToken(sessionSecret: string, user: RequestUser, now =
  * wrong issuer, expired. Never which key was expected.
  */
 export async function verifyToken(sessionSecret: string, token: string): Promise<RequestUser> {
+  // Its shape first: jose checks the signature before it reads the claims, so claims that are
+  // not JSON would otherwise be called a bad signature, which sends the user looking for the wrong thing.
+  try {
+    decodeProtectedHeader(token)
+    decodeJwt(token)
+  } catch {
+    throw unauthorized(`the bearer token ${malformed}`)
+  }
   let claims: Record<string, unknown>
   try {
     ;({ payload: claims } = await jwtVerify(token, new TextEncoder().encode(sessionSecret), {
@@ -63,6 +71,9 @@ export async function verifyToken(sessionSecret: string, token: string): Promise
 /** A 401 the error renderer answers with `WWW-Authenticate`. */
 export const unauthorized = (message: string) => new RunnelError(401, "unauthorized", message)
 
+const malformed =
+  "is not a well-formed JWT (three base64url parts: header, claims, signature, with JSON in the first two)"
+
 function whyRefused(error: unknown): string {
   if (error instanceof errors.JWTExpired) return "has expired; log in again (runnel login)"
   if (error instanceof errors.JOSEAlgNotAllowed) return "is not signed with HS256, the only algorithm runnel accepts"
@@ -73,8 +84,6 @@ function whyRefused(error: unknown): string {
       ? `was not issued by runnel (iss must be "${tokenIssuer}")`
       : `has an invalid "${error.claim}" claim`
   }
-  if (error instanceof errors.JWSInvalid || error instanceof errors.JWTInvalid) {
-    return "is not a well-formed JWT (three base64url parts: header, claims, signature, with JSON in the first two)"
-  }
+  if (error instanceof errors.JWSInvalid || error instanceof errors.JWTInvalid) return malformed
   return "could not be verified"
 }

@@ -7,24 +7,30 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { createEmbeddedApi } from "../../kubeserver/embedded-api.ts"
 import { loadCrds } from "../../kubeserver/resource-types.ts"
-import { RunnelError } from "../../lib/core/errors.ts"
 import { quietLog } from "../../lib/core/log.ts"
+import { ResourceClient } from "../../lib/kube/resource-client.ts"
+import { pipelineLabel, runLabel, runnelApiVersion } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../../lib/logs/sqlite-log-store.ts"
 import { openSqliteSecretStore } from "../../lib/secrets/sqlite-secret-store.ts"
+import { mcpClient } from "../../test/mcp-client.ts"
 import { bareToolCall } from "../../test/server-process.ts"
-import type { Authorize } from "../access.ts"
+import { AccessPolicy } from "../access.ts"
 import { startApiServer } from "../app.ts"
 import { authenticator } from "../auth/authenticate.ts"
+import { issueToken } from "../auth/session-token.ts"
+import { testUser } from "../auth/test-user.fixture.ts"
 
-// The access seam of MCP with the real API server (embedded Kubernetes API, SQLite stores, HTTP): an
-// Authorize like the one authentication will plug in hides the pipeline "hidden" from alice, shows it to
-// admin, and refuses a request without an Authorization header. Each tool must obey it.
-const authorize: Authorize = (authorization) => {
-  if (authorization === undefined)
-    throw new RunnelError(401, "unauthorized", "authentication required: send Authorization: Bearer <token>")
-  const user = authorization.replace(/^Bearer /, "")
-  return { actor: `test:${user}`, mayView: (pipeline) => user === "admin" || pipeline.metadata?.name !== "hidden" }
+// MCP's access with the real API server (embedded Kubernetes API, SQLite stores, HTTP) in OAuth mode:
+// the pipeline "hidden" has an rbac_expression only admin matches; alice's token may see the rest, and
+// a request without an Authorization header is refused. Each tool must obey it.
+const sessionSecret = "an MCP test's session secret, 32+ characters long"
+const tokens: Record<string, string> = {}
+const oauth = {
+  mode: "oauth" as const,
+  sessionSecret,
+  callbackUrl: "http://127.0.0.1:1",
+  providers: [{ name: "github" as const, clientId: "id", clientSecret: "secret", url: "http://127.0.0.1:1" }],
 }
 
 const script = (line: string) => `export const pipeline = async () => { console.log(${JSON.stringify(line)}) }\n`
@@ -68,14 +74,15 @@ describe("MCP and what a user may see", () => {
       secrets,
       defaultDriver: "native",
       allowedDrivers: ["native"],
-      authenticate: authenticator({ mode: "open" }),
+      authenticate: authenticator(oauth),
+      authMode: "oauth",
+      policy: new AccessPolicy({ log: quietLog }),
       maxQueueSize: 100,
-      features: [],
+      features: ["gates"],
       maxBodyBytes: 1 << 20,
       webhookTimeoutMs: 1000,
       webhookMaxAgeMs: 60_000,
       mcpAllowActions: true,
-      authorize,
       log: quietLog,
       audit: () => {},
     })
@@ -87,14 +94,24 @@ describe("MCP and what a user may see", () => {
       () => http.closeAllConnections(),
     )
     base = `http://127.0.0.1:${(http.address() as AddressInfo).port}`
+    for (const [nick, groups] of [
+      ["alice", []],
+      ["admin", ["admins"]],
+    ] as const) {
+      tokens[nick] = await issueToken(sessionSecret, testUser(nick, groups))
+    }
+    const asAdmin = { Authorization: `Bearer ${tokens.admin}` }
     for (const name of ["visible", "hidden"]) {
       const put = await fetch(`${base}/api/pipelines/${name}`, {
         method: "PUT",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ content: script(`${name} says shibboleth`) }),
+        headers: { "Content-Type": "application/json", ...asAdmin },
+        body: JSON.stringify({
+          content: script(`${name} says shibboleth`),
+          ...(name === "hidden" ? { rbac_expression: '"admins" in Groups' } : {}),
+        }),
       })
       expect(put.status).toBe(201)
-      const trigger = await fetch(`${base}/api/pipelines/${name}/trigger`, { method: "POST" })
+      const trigger = await fetch(`${base}/api/pipelines/${name}/trigger`, { method: "POST", headers: asAdmin })
       runs[name] = ((await trigger.json()) as { run_id: string }).run_id
       // No operator runs here: the output is stored as the operator would store it.
       const runId = runs[name] ?? ""
@@ -110,34 +127,38 @@ describe("MCP and what a user may see", () => {
       logs.append(runId, "pipeline/console", "stdout", `${name} says shibboleth\n`)
     }
     await logs.flush()
+    // No operator runs here: each run's gate is created as the operator creates it, one only "release" may decide.
+    const resources = new ResourceClient(kubeConfig, "default")
+    for (const name of ["visible", "hidden"]) {
+      const runId = runs[name] ?? ""
+      await resources.createGate({
+        apiVersion: runnelApiVersion,
+        kind: "Gate",
+        metadata: { name: `${runId}-gate-1`, labels: { [runLabel]: runId, [pipelineLabel]: name } },
+        spec: { runRef: { name: runId }, name: "deploy", approvers: '"release" in Groups' },
+      })
+    }
   }, 30_000)
   afterAll(async () => {
     for (const close of closers.reverse()) await close()
   })
 
   const clientAs = async (user: string) => {
-    const client = new Client({ name: "access-test", version: "1.0.0" })
-    await client.connect(
-      new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
-        requestInit: { headers: { Authorization: `Bearer ${user}` } },
-      }),
-    )
+    const { client, call } = await mcpClient(base, { Authorization: `Bearer ${tokens[user]}` })
     closers.push(() => client.close())
-    return async (name: string, args: Record<string, unknown> = {}) => {
-      const result = await client.callTool({ name, arguments: args })
-      const text = (result.content as { text: string }[])[0]?.text ?? ""
-      return { isError: result.isError === true, text, json: result.isError === true ? undefined : JSON.parse(text) }
-    }
+    return call
   }
 
   it("refuses a request without credentials with 401 when authentication is on", async () => {
     const response = await bareToolCall(base, "list_pipelines")
     expect(response.status).toBe(401)
-    expect(response.headers.get("www-authenticate")).toContain("Bearer")
-    expect(await response.json()).toMatchObject({
-      id: 1,
-      error: { message: expect.stringContaining("authentication required") },
+    expect(response.headers.get("www-authenticate")).toBe('Bearer realm="runnel"')
+    expect(await response.json()).toEqual({ error: expect.stringContaining("authentication required") })
+    const client = new Client({ name: "access-test", version: "1.0.0" })
+    const forged = new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${tokens.alice}x` } },
     })
+    await expect(client.connect(forged)).rejects.toThrow(/401|bad signature/)
   })
 
   it("leaves a pipeline the user may not see out of every list and search", async () => {
@@ -169,10 +190,27 @@ describe("MCP and what a user may see", () => {
     for (const [name, args] of refused) {
       const answer = await call(name, args)
       expect(answer.isError, name).toBe(true)
-      expect(answer.text, name).toContain("you may not see")
+      expect(answer.text, name).toContain('you (github:alice) may not see pipeline \\"hidden\\"')
       expect(answer.text, name).not.toContain("shibboleth")
     }
     expect((await call("get_run", { run_id: runs.visible ?? "" })).isError).toBe(false)
+  })
+
+  it("refuses approve_gate and reject_gate as REST refuses: the pipeline's rule, then the gate's approvers", async () => {
+    const call = await clientAs("alice")
+    for (const name of ["approve_gate", "reject_gate"]) {
+      const hidden = await call(name, { gate_id: `${runs.hidden}-gate-1` })
+      expect(hidden.isError, name).toBe(true)
+      expect(hidden.text, name).toContain('you (github:alice) may not see pipeline \\"hidden\\"')
+      const visible = await call(name, { gate_id: `${runs.visible}-gate-1` })
+      expect(visible.isError, name).toBe(true)
+      expect(visible.text, name).toContain(
+        'gate \\"deploy\\" may be decided only by users matching \\"release\\" in Groups',
+      )
+    }
+    // admin may see the hidden pipeline: its gate is found, and refused by its approvers rule instead.
+    const admin = await clientAs("admin")
+    expect((await admin("approve_gate", { gate_id: `${runs.hidden}-gate-1` })).text).toContain("may be decided only by")
   })
 
   it("shows the same pipeline to a user who may see it", async () => {

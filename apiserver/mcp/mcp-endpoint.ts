@@ -4,14 +4,15 @@ import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/
 import type { Context, Middleware } from "koa"
 import { errorMessage, RunnelError } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
-import type { Authorize } from "../access.ts"
+import type { AccessPolicy } from "../access.ts"
+import { requestUser } from "../auth/authenticate.ts"
 import { rawBody } from "../body.ts"
 import { failureOf } from "../errors.ts"
 import { type McpToolDeps, registerTools } from "./mcp-tools.ts"
 
 export type McpEndpointDeps = McpToolDeps & {
-  /** Who is asking, and what they may see (apiserver/access.ts). */
-  authorize: Authorize
+  /** Whom the server admits (apiserver/access.ts); the tools ask it what each user may see. */
+  policy: Pick<AccessPolicy, "check" | "mayView">
   /** Larger request bodies are refused. */
   maxBodyBytes: number
   log: Log
@@ -69,16 +70,16 @@ export function mcpEndpoint(deps: McpEndpointDeps): Middleware {
     if (Array.isArray(body)) {
       return answer(ctx, 400, invalidRequest, "JSON-RPC batches are not supported; send one request per POST")
     }
-    let access: Awaited<ReturnType<Authorize>>
+    // Authenticated as every request is (apiserver/app.ts, before this); --server-rbac refuses here.
+    const user = requestUser(ctx)
     try {
-      access = await deps.authorize(ctx.get("Authorization") || undefined)
+      deps.policy.check(user)
     } catch (error) {
       const { status, message } = failureOf(error, deps.log, { method: ctx.method, path: ctx.path })
-      if (status === 401) ctx.set("WWW-Authenticate", 'Bearer, Basic realm="runnel"')
       return answer(ctx, status, transportError, message, idOf(body))
     }
     const pooled = idle.pop() ?? newServer(deps)
-    pooled.tools.bind(access, (error) => failureOf(error, deps.log, { path: ctx.path, tool: toolName(body) }).message)
+    pooled.tools.bind(user, (error) => failureOf(error, deps.log, { path: ctx.path, tool: toolName(body) }).message)
     const unknown = unknownTool(body, pooled.tools.names)
     if (unknown !== undefined) {
       idle.push(pooled)

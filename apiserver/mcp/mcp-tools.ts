@@ -7,26 +7,32 @@ import { runStatuses } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { PipelineObject, RunObject } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
-import type { Access } from "../access.ts"
-import type { AuditLog } from "../audit.ts"
+import type { AccessPolicy } from "../access.ts"
+import { anonymousUser, type RequestUser } from "../auth/user.ts"
 import { findPipeline, isResourceName } from "../find-pipeline.ts"
+import { decideGate, type GateDecisionDeps, gateView } from "../gate-decision.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import type { ResourceIndex } from "../resource-index.ts"
+import { gatePipeline } from "../route-access.ts"
 import { stopRun } from "../stop-run.ts"
 import { pageEnvelope, paginate, pipelineView, runView, taskRecords, taskView } from "../views.ts"
 
-export type McpToolDeps = NewRunDeps & {
-  resources: Pick<ResourceClient, "getRun" | "getPipeline" | "patchRun" | "createRun">
-  index: Pick<ResourceIndex, "pipelines" | "runs">
-  logs: Pick<LogStore, "tasks" | "outputPage" | "search" | "attach">
-  /** The driver of a pipeline stored without one. */
-  defaultDriver: string
-  /** `--mcp-allow-actions`: trigger_pipeline and stop_run exist only then. */
-  allowActions: boolean
-  audit: AuditLog
-  /** True once the process shuts down: trigger_pipeline then answers 503, as REST does. */
-  draining?: () => boolean
-}
+export type McpToolDeps = NewRunDeps &
+  GateDecisionDeps & {
+    resources: Pick<ResourceClient, "getRun" | "getPipeline" | "patchRun" | "createRun">
+    index: Pick<ResourceIndex, "pipelines" | "runs">
+    logs: Pick<LogStore, "tasks" | "outputPage" | "search" | "attach">
+    /** The driver of a pipeline stored without one. */
+    defaultDriver: string
+    /** `--mcp-allow-actions`: trigger_pipeline and stop_run exist only then, and approve_gate and reject_gate with `gates`. */
+    allowActions: boolean
+    /** The enabled feature names. */
+    features: readonly string[]
+    /** What each user may see: the one decision REST asks too. */
+    policy: Pick<AccessPolicy, "mayView" | "check">
+    /** True once the process shuts down: trigger_pipeline then answers 503, as REST does. */
+    draining?: () => boolean
+  }
 
 /** Characters of each stream get_run_task returns when no `limit` is given. */
 const defaultPageChars = 100_000
@@ -37,6 +43,15 @@ const tailChars = 2_000
 const scanChars = 1 << 20
 /** Longer queries are refused: no log line needs more words to be found. */
 const maxQueryChars = 1_000
+
+/** The user of the request a server answers, and what they may see. */
+type Access = {
+  user: RequestUser
+  actor: string
+  mayView(pipeline: PipelineObject | undefined): boolean
+  /** A 403 with the policy's reason when the user may not see it. */
+  check(pipeline: PipelineObject | undefined): void
+}
 
 const runId = z
   .string()
@@ -58,7 +73,8 @@ const perPage = z.number().int().min(1).max(100).default(20).describe("Items per
  * tools costs milliseconds, so servers are reused rather than made per request.
  */
 export function registerTools(server: McpServer, deps: McpToolDeps) {
-  let access: Access = { actor: "", mayView: () => false }
+  // Until a request binds its user: nothing is visible.
+  let access: Access = { user: anonymousUser, actor: "", mayView: () => false, check: () => {} }
   let reads = accessReads(deps, access)
   let fail: (error: unknown) => string = () => "no request is bound to this server"
   const names: string[] = []
@@ -350,11 +366,45 @@ export function registerTools(server: McpServer, deps: McpToolDeps) {
     )
   }
 
+  if (deps.allowActions && deps.features.includes("gates")) {
+    for (const phase of ["approved", "rejected"] as const) {
+      const [name, effect] =
+        phase === "approved"
+          ? ["approve_gate", "the run goes on past it"]
+          : ["reject_gate", "the pipeline sees the gate fail (a script's pipeline.gate throws, a YAML gate step fails)"]
+      tool(
+        name,
+        `Decides a gate a run waits on: ${effect}. Answers the gate: id, run_id, name, status (approved, rejected; pending if the run has not taken the decision yet), resolved_by, comment. A waiting run's output names its gate: 'waiting for approval of gate "<name>" (id <gate_id>)'; get_task_output with pattern "waiting for approval" finds it. Refused when the gate's approvers rule does not match you, and when it is already decided or its run has ended.`,
+        {
+          gate_id: z
+            .string()
+            .min(1)
+            .describe("The gate's id, as the run's output names it, for example \"run-mfa3k2-1a2b3c4d-gate-1\"."),
+          comment: z.string().optional().describe("Why, recorded with the decision."),
+        },
+        async ({ gate_id, comment }) => {
+          const gate = isResourceName(gate_id) ? await deps.resources.getGate(gate_id) : undefined
+          if (gate === undefined) throw notFound("gate", gate_id, "the waiting run's output names its gate")
+          // REST's decision: the pipeline's rbac_expression, then the gate's approvers.
+          deps.policy.check(access.user, { pipeline: gatePipeline(deps.index, gate), decide: gate })
+          const decision = { phase, by: access.actor, ...(comment === undefined || comment === "" ? {} : { comment }) }
+          return gateView(await decideGate(deps, gate, decision, "mcp"))
+        },
+        false,
+      )
+    }
+  }
+
   return {
     names,
-    bind(user: Access, failure: (error: unknown) => string) {
-      access = user
-      reads = accessReads(deps, user)
+    bind(user: RequestUser, failure: (error: unknown) => string) {
+      access = {
+        user,
+        actor: user.actor,
+        mayView: (pipeline) => deps.policy.mayView(user, pipeline),
+        check: (pipeline) => deps.policy.check(user, { pipeline }),
+      }
+      reads = accessReads(deps, access)
       fail = failure
     },
   }
@@ -412,18 +462,14 @@ const nameOf = (object: { metadata?: { name?: string } }) => object.metadata?.na
 
 /** The reads of one request, each asking `access` what the user may see. */
 function accessReads(deps: McpToolDeps, access: Access) {
-  const forbidden = (what: string) =>
-    new RunnelError(403, "forbidden", `you may not see ${what}; ask its owner to widen its rbac_expression`)
   // Built once per request, on first use: a page of runs needs it for every run.
   let ids: Map<string, string> | undefined
   const pipelineIds = () => {
     ids ??= new Map(deps.index.pipelines.list().map((p) => [nameOf(p), p.metadata?.uid ?? ""]))
     return ids
   }
-  const mayViewRun = (run: RunObject) => {
-    const pipeline = deps.index.pipelines.get(run.spec.pipelineRef.name)
-    return pipeline === undefined || access.mayView(pipeline)
-  }
+  const pipelineOf = (run: RunObject) => deps.index.pipelines.get(run.spec.pipelineRef.name)
+  const mayViewRun = (run: RunObject) => access.mayView(pipelineOf(run))
   const hiddenPipelines = () => deps.index.pipelines.list().filter((pipeline) => !access.mayView(pipeline))
   const runsOf = (pipeline: PipelineObject) =>
     deps.index.runs.page({ pipeline: nameOf(pipeline) }, 0, Number.MAX_SAFE_INTEGER).items
@@ -446,13 +492,13 @@ function accessReads(deps: McpToolDeps, access: Access) {
     async pipeline(key: string): Promise<PipelineObject> {
       const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
       if (pipeline === undefined) throw notFound("pipeline", key, "list_pipelines or search_pipelines give the names")
-      if (!access.mayView(pipeline)) throw forbidden(`pipeline "${key}"`)
+      access.check(pipeline)
       return pipeline
     },
     async run(id: string): Promise<RunObject> {
       const run = isResourceName(id) ? await deps.resources.getRun(id) : undefined
       if (run === undefined) throw notFound("run", id, "list_runs or search_tasks give run ids")
-      if (!mayViewRun(run)) throw forbidden(`run "${id}"`)
+      access.check(pipelineOf(run))
       return run
     },
     async task(id: string, path: string) {

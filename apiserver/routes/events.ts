@@ -1,16 +1,17 @@
 import Router from "@koa/router"
 import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
-import { badRequest, errorMessage, notFound } from "../../lib/core/errors.ts"
+import { badRequest, errorMessage } from "../../lib/core/errors.ts"
 import type { Log } from "../../lib/core/log.ts"
 import { type FinalRunStatus, isFinalRunStatus, runExitCode } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
+import { requestUser } from "../auth/authenticate.ts"
 import { objectBody, onlyFields } from "../body.ts"
-import { isResourceName } from "../find-pipeline.ts"
-import { createRun, type NewRunDeps } from "../new-run.ts"
+import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import { secretMapOf } from "../pipeline-body.ts"
 import type { RunIndex } from "../resource-index.ts"
+import { checked, type RouteAccess } from "../route-access.ts"
 import { openSse, type SseWriter } from "../sse.ts"
 
 export type EventRoutesDeps = NewRunDeps & {
@@ -23,6 +24,7 @@ export type EventRoutesDeps = NewRunDeps & {
   pollMs?: number
   /** Comment heartbeat interval of the streams. */
   heartbeatMs?: number
+  access: RouteAccess
 }
 
 /** Chunks read per store query; a query reads at most this many rows of at most 16 KiB. */
@@ -46,14 +48,12 @@ const maxPollMs = 100
 export function eventRoutes(deps: EventRoutesDeps): Router {
   const router = new Router()
 
-  router.get("/api/runs/:id/events", async (ctx) => {
-    const id = ctx.params.id ?? ""
-    const run = isResourceName(id) ? await deps.resources.getRun(id) : undefined
-    if (run === undefined) throw notFound("run", id)
+  router.get("/api/runs/:id/events", deps.access.run, async (ctx) => {
+    const id = checked.run(ctx.state).metadata?.name ?? ""
     await stream(ctx, id, lastEventId(ctx.get("Last-Event-ID")), deps)
   })
 
-  router.post("/api/pipelines/:name/run", async (ctx) => {
+  router.post("/api/pipelines/:name/run", deps.access.pipeline, async (ctx) => {
     const body = objectBody(ctx.state.body, { required: false })
     onlyFields(body, ["args", "trigger_type", "global_secrets"])
     const args = body.args ?? []
@@ -65,9 +65,12 @@ export function eventRoutes(deps: EventRoutesDeps): Router {
     if (given !== undefined && given !== "cli") {
       throw badRequest(`"trigger_type" ${JSON.stringify(given)} cannot be given; the only one a client names is "cli"`)
     }
-    const run = await createRun(deps, ctx.params.name ?? "", {
+    const pipeline = checked.pipeline(ctx.state)
+    refuseIfPaused(pipeline)
+    const run = await admitRun(deps, pipeline, {
       type: given ?? (args.length > 0 ? "args" : "manual"),
       args: args as string[],
+      by: requestUser(ctx).actor,
       globalSecrets: secretMapOf("global_secrets", body.global_secrets, deps.features),
     })
     const id = run.metadata?.name ?? ""
@@ -135,7 +138,8 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   while (!sse.signal.aborted) {
     const chunks = deps.logs.readChunks(runId, cursor, readBatch)
     for (const chunk of chunks) {
-      await sse.send({ stream: chunk.stream, data: chunk.text }, chunk.id)
+      // `path` names the task, so a reader can label lines or show one task's output (the web UI, `runnel run logs`).
+      await sse.send({ stream: chunk.stream, data: chunk.text, path: chunk.path }, chunk.id)
       cursor = chunk.id
       if (sse.signal.aborted) return
     }

@@ -49,6 +49,8 @@ beforeAll(async () => {
     maxBodyBytes: 1024,
     pendingLogins: new PendingLogins(() => now),
     deviceGrants: new DeviceGrants(() => now),
+    // The limits per address (login-limits.test.ts) move with this clock too, so each test starts afresh.
+    now: () => now,
   })
   app.use(routes.routes()).use(routes.allowedMethods())
   server = app.listen(0, "127.0.0.1")

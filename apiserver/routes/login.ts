@@ -3,7 +3,9 @@ import type { Context } from "koa"
 import { badRequest, errorMessage, RunnelError } from "../../lib/core/errors.ts"
 import { sameSecret } from "../../lib/crypto/same-secret.ts"
 import type { AuditLog } from "../audit.ts"
+import { challengeOf } from "../auth/authenticate.ts"
 import { DeviceGrants } from "../auth/device-grants.ts"
+import { defaultFailureLimit, FailureCounter, type FailureLimit } from "../auth/failure-counter.ts"
 import { html, page, pageHeaders } from "../auth/login-pages.ts"
 import type { LoginProviders } from "../auth/login-providers.ts"
 import { loginTimeoutMs, PendingLogins } from "../auth/pending-logins.ts"
@@ -12,6 +14,7 @@ import { issueToken, tokenLifetimeSeconds, unauthorized, verifyToken } from "../
 import { providerUser, type RequestUser } from "../auth/user.ts"
 import { formBody } from "../body.ts"
 import { OAuthError } from "../errors.ts"
+import { withoutUser } from "../route-access.ts"
 
 /** What the login needs when the server runs in OAuth mode. */
 export type Login = {
@@ -26,14 +29,24 @@ export type LoginRoutesDeps = {
   login: Login | undefined
   audit: AuditLog
   maxBodyBytes: number
-  /** The logins and device grants under way; given by tests that move the clock. */
+  /** Failed logins per address (and wrong device codes per user), shared with the API's authentication(). */
+  failures?: FailureCounter | undefined
+  /** The logins and device grants under way, and the clock; given by tests that move the clock. */
   pendingLogins?: PendingLogins
   deviceGrants?: DeviceGrants
+  now?: () => number
 }
 
 /** The cookie that ties a provider's callback to the browser that started the login. */
 const loginStateCookie = "runnel_login"
 const deviceGrantType = "urn:ietf:params:oauth:grant-type:device_code"
+/**
+ * Logins and device codes one address may start a minute (docs/auth.md): more than a person
+ * clicks, few enough that a flood costs its sender more than the server.
+ */
+export const loginStartLimit: FailureLimit = { failures: 10, windowMs: 60_000 }
+/** The challenge of a 401 here: the one the API answers in OAuth mode, which is the only mode with /auth. */
+const challenge = challengeOf("oauth")
 
 /**
  * The browser login (interface.md "OAuth") and the device authorization
@@ -51,10 +64,19 @@ const deviceGrantType = "urn:ietf:params:oauth:grant-type:device_code"
  * None of these is behind authentication(): they are how one gets authenticated. The POSTs that
  * act for a logged-in person are behind crossSiteGuard like every other cookie request.
  */
-export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceGrants }: LoginRoutesDeps): Router {
+export function loginRoutes({
+  login,
+  audit,
+  maxBodyBytes,
+  failures = new FailureCounter(),
+  pendingLogins,
+  deviceGrants,
+  now = Date.now,
+}: LoginRoutesDeps): Router {
   const router = new Router()
+  const noUser = withoutUser("login")
   if (login === undefined) {
-    router.all(/^\/auth(\/.*)?$/, () => {
+    router.all(/^\/auth(\/.*)?$/, noUser, () => {
       throw new RunnelError(
         404,
         "no_login",
@@ -67,6 +89,8 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
   const cookies = sessionCookies(sessionSecret)
   const pending = pendingLogins ?? new PendingLogins()
   const grants = deviceGrants ?? new DeviceGrants()
+  // Starting a login or a device code is not a failure, but it fills a table: counted on its own.
+  const starts = new FailureCounter(loginStartLimit)
   const secure = callbackUrl.startsWith("https:")
   const cookieOptions = { httpOnly: true, sameSite: "lax", secure, overwrite: true } as const
   const setCookie = (ctx: Context, name: string, value: string | null, options: { path: string; maxAge?: number }) => {
@@ -82,6 +106,39 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     ctx.type = "text/html; charset=utf-8"
     ctx.body = page(title, body)
   }
+  /**
+   * Sets Retry-After and answers how many seconds that is, when `waitMs` is more than none; the
+   * caller throws or shows its 429 in its endpoint's own shape.
+   */
+  const retryAfter = (ctx: Context, waitMs: number): number | undefined => {
+    if (waitMs <= 0) return undefined
+    const seconds = Math.ceil(waitMs / 1000)
+    ctx.set("Retry-After", String(seconds))
+    return seconds
+  }
+  /** Counts one start from the request's address, or a 429 when it has too many starts or `outstanding` under way. */
+  const countStart = (ctx: Context, outstanding: number, refuse: (status: 429, message: string) => Error) => {
+    const address = ctx.ip
+    const seconds = retryAfter(ctx, Math.max(starts.blockedFor(address, now()), outstanding))
+    if (seconds !== undefined) {
+      throw refuse(
+        429,
+        `too many logins started from this address (${loginStartLimit.failures} a minute, or too many under way); try again in ${seconds} s`,
+      )
+    }
+    starts.add(address, now())
+  }
+  /** A 429 in JSON when the request's address has failed too often (the API's limit, shared). */
+  const refuseFailedAddress = (ctx: Context) => {
+    const seconds = retryAfter(ctx, failures.blockedFor(ctx.ip, now()))
+    if (seconds !== undefined) {
+      throw new RunnelError(
+        429,
+        "too_many_failures",
+        `too many failed authentication attempts from this address; try again in ${seconds} s`,
+      )
+    }
+  }
   /** The person the session cookie names, if it holds a valid token. */
   const cookieUser = async (ctx: Context): Promise<RequestUser | undefined> => {
     const value = ctx.cookies.get(sessionCookieName)
@@ -89,7 +146,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     return token === undefined ? undefined : verifyToken(sessionSecret, token).catch(() => undefined)
   }
 
-  router.get("/auth/login", async (ctx) => {
+  router.get("/auth/login", noUser, async (ctx) => {
     const next = returnPath(ctx.query.next)
     const user = await cookieUser(ctx)
     const buttons = providers.all
@@ -107,18 +164,26 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     show(ctx, 200, "Log in to runnel", `${who}\n${buttons}`)
   })
 
-  router.get("/auth/:provider/login", (ctx) => {
+  router.get("/auth/:provider/login", noUser, (ctx) => {
     const provider = providers.get(ctx.params.provider as string)
     const next = returnPath(ctx.query.next)
-    const { state, codeVerifier } = pending.start(provider.segment, next)
+    countStart(
+      ctx,
+      pending.blockedFor(ctx.ip),
+      (status, message) => new RunnelError(status, "too_many_logins", message),
+    )
+    const { state, codeVerifier } = pending.start(provider.segment, next, ctx.ip)
     setCookie(ctx, loginStateCookie, state, { path: "/auth", maxAge: loginTimeoutMs })
     ctx.set("Cache-Control", "no-store")
     ctx.redirect(provider.authorizationUrl(state, codeVerifier).toString())
   })
 
-  router.get("/auth/:provider/callback", async (ctx) => {
+  router.get("/auth/:provider/callback", noUser, async (ctx) => {
     const provider = providers.get(ctx.params.provider as string)
-    const failed = (reason: string) =>
+    refuseFailedAddress(ctx)
+    // A forged, replayed or refused callback counts against the address like a wrong password.
+    const failed = (reason: string) => {
+      failures.add(ctx.ip, now())
       audit({
         event: "auth.login_failed",
         actor: "anonymous",
@@ -126,6 +191,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
         reason,
         address: ctx.ip,
       })
+    }
     const state = single(ctx.query.state)
     if (state === undefined || state === "") {
       failed("no state")
@@ -178,7 +244,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     ctx.redirect(started.next)
   })
 
-  router.get("/auth/logout", (ctx) => {
+  router.get("/auth/logout", noUser, (ctx) => {
     show(
       ctx,
       200,
@@ -186,15 +252,16 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
       `<form method="post" action="/auth/logout"><button type="submit">Log out</button></form>`,
     )
   })
-  router.post("/auth/logout", (ctx) => {
+  router.post("/auth/logout", noUser, (ctx) => {
     setCookie(ctx, sessionCookieName, null, { path: "/" })
     ctx.status = 303
     ctx.redirect("/auth/login")
   })
 
-  router.post("/auth/device/code", async (ctx) => {
+  router.post("/auth/device/code", noUser, async (ctx) => {
     await form(ctx)
-    const grant = grants.start()
+    countStart(ctx, grants.blockedFor(ctx.ip), (status, message) => new OAuthError(status, "slow_down", message))
+    const grant = grants.start(ctx.ip)
     const verificationUri = `${callbackUrl}/auth/device`
     ctx.set("Cache-Control", "no-store")
     ctx.body = {
@@ -207,7 +274,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     }
   })
 
-  router.post("/auth/device/token", async (ctx) => {
+  router.post("/auth/device/token", noUser, async (ctx) => {
     ctx.set("Cache-Control", "no-store")
     const fields = await form(ctx)
     const grantType = fields.get("grant_type")
@@ -239,8 +306,28 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
 <button type="submit">Continue</button>
 </form>`
   const unknownCode = "That code is unknown, expired or already used. Run runnel login again for a new one."
+  // Wrong codes count per person too, so that a guesser moving between addresses is still slowed.
+  const personKey = (user: RequestUser) => `person ${user.actor}`
+  /** Shows a 429 page when the person or the address has failed too often; true when it did. */
+  const refusedGuesser = (ctx: Context, user: RequestUser): boolean => {
+    const waitMs = Math.max(failures.blockedFor(ctx.ip, now()), failures.blockedFor(personKey(user), now()))
+    const seconds = retryAfter(ctx, waitMs)
+    if (seconds === undefined) return false
+    show(
+      ctx,
+      429,
+      "Log in a device",
+      `<p class="error">Too many wrong codes or failed logins (${defaultFailureLimit.failures} a minute). Try again in ${seconds} s.</p>`,
+    )
+    return true
+  }
+  const wrongCode = (ctx: Context, user: RequestUser, given: string) => {
+    failures.add(ctx.ip, now())
+    failures.add(personKey(user), now())
+    show(ctx, 400, "Log in a device", codeForm(given, unknownCode))
+  }
 
-  router.get("/auth/device", async (ctx) => {
+  router.get("/auth/device", noUser, async (ctx) => {
     const user = await cookieUser(ctx)
     if (user === undefined) {
       ctx.redirect(`/auth/login?next=${encodeURIComponent(ctx.url)}`)
@@ -251,9 +338,10 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
       show(ctx, 200, "Log in a device", codeForm(""))
       return
     }
+    if (refusedGuesser(ctx, user)) return
     const code = grants.pendingUserCode(given)
     if (code === undefined) {
-      show(ctx, 400, "Log in a device", codeForm(given, unknownCode))
+      wrongCode(ctx, user, given)
       return
     }
     // The person confirms the code they were shown, so that a code sent to them by someone else is not approved blindly.
@@ -269,10 +357,18 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
     )
   })
 
-  router.post("/auth/device", async (ctx) => {
+  router.post("/auth/device", noUser, async (ctx) => {
     const fields = await form(ctx)
     const user = await cookieUser(ctx)
-    if (user === undefined) throw unauthorized("log in at /auth/login before approving a device code")
+    if (user === undefined) {
+      const error = unauthorized("log in at /auth/login before approving a device code")
+      const cookieGiven = ctx.cookies.get(sessionCookieName) !== undefined
+      // A session cookie that does not hold a valid token is a wrong credential, as at the API.
+      if (cookieGiven) failures.add(ctx.ip, now())
+      ctx.set("WWW-Authenticate", challenge(error, cookieGiven))
+      throw error
+    }
+    if (refusedGuesser(ctx, user)) return
     const given = fields.get("user_code") ?? ""
     const decision = fields.get("decision")
     if (decision !== "approve" && decision !== "deny") {
@@ -284,7 +380,7 @@ export function loginRoutes({ login, audit, maxBodyBytes, pendingLogins, deviceG
       approved ? { approved: true, token: await issueToken(sessionSecret, user) } : { approved: false },
     )
     if (!decided) {
-      show(ctx, 400, "Log in a device", codeForm(given, unknownCode))
+      wrongCode(ctx, user, given)
       return
     }
     if (approved) {

@@ -11,13 +11,16 @@ import {
 } from "../../lib/kube/resources.ts"
 import type { LogStore } from "../../lib/logs/log-store.ts"
 import { pipelineScope, type SecretStore } from "../../lib/secrets/secret-store.ts"
-import { type AuditEvent, type AuditLog, anonymousActor } from "../audit.ts"
+import type { AccessPolicy } from "../access.ts"
+import type { AuditEvent, AuditLog } from "../audit.ts"
+import { requestUser } from "../auth/authenticate.ts"
 import { objectBody, onlyFields } from "../body.ts"
-import { checkPipelineName, findPipeline } from "../find-pipeline.ts"
+import { checkPipelineName } from "../find-pipeline.ts"
 import type { OwnWrites } from "../kubernetes-audit.ts"
-import { admitRun, createRun, refuseIfPaused } from "../new-run.ts"
+import { admitRun, refuseIfPaused } from "../new-run.ts"
 import { type PipelineWrite, pipelineFields, pipelineWrite } from "../pipeline-body.ts"
 import type { ResourceIndex } from "../resource-index.ts"
+import { checked, type RouteAccess } from "../route-access.ts"
 import { pageOf, paginate, pipelineView, updatedAtAnnotation } from "../views.ts"
 import { simulatedWebhook } from "../webhooks/simulated.ts"
 import { webhookRun } from "../webhooks/webhook-run.ts"
@@ -54,6 +57,11 @@ export type PipelineRoutesDeps = {
   audit: AuditLog
   /** The writes made here, told apart from kubectl's by the audit of the watch. */
   own: OwnWrites
+  /** Who may see which pipeline (lists), and the check in front of each route. */
+  policy: Pick<AccessPolicy, "mayView" | "check">
+  access: RouteAccess
+  /** Under Basic Auth a pipeline takes no rbac_expression (interface.md). */
+  authMode: "open" | "basic" | "oauth"
 }
 
 const triggerModes = ["manual", "args", "webhook"] as const satisfies readonly RunTriggerType[]
@@ -72,35 +80,34 @@ export function pipelineRoutes({
   maxQueueSize,
   audit,
   own,
+  policy,
+  access,
+  authMode,
 }: PipelineRoutesDeps): Router {
   const router = new Router()
   const record = (
     event: AuditEvent,
     pipeline: PipelineObject,
+    actor: string,
     extra: { old?: string | null; new?: string | null } = {},
   ) =>
     audit({
       event,
       pipeline: pipeline.metadata?.name ?? "",
       pipeline_id: pipeline.metadata?.uid ?? "",
-      actor: anonymousActor,
+      actor,
       ...extra,
     })
   /** pipeline.upsert, and pipeline.rbac.update when the expression changed (old and new). */
-  const recordUpsert = (stored: PipelineObject, previous?: PipelineSpec) => {
-    record("pipeline.upsert", stored)
+  const recordUpsert = (stored: PipelineObject, actor: string, previous?: PipelineSpec) => {
+    record("pipeline.upsert", stored, actor)
     const before = previous?.rbacExpression ?? null
     const after = stored.spec.rbacExpression ?? null
-    if (before !== after) record("pipeline.rbac.update", stored, { old: before, new: after })
+    if (before !== after) record("pipeline.rbac.update", stored, actor, { old: before, new: after })
   }
   const view = (pipeline: PipelineObject) => pipelineView(pipeline, defaultDriver)
-  const found = async (key: string) => {
-    const pipeline = await findPipeline(resources, index.pipelines, key)
-    if (pipeline === undefined) throw notFound("pipeline", key)
-    return pipeline
-  }
 
-  const rules = { defaultDriver, allowedDrivers, features }
+  const rules = { defaultDriver, allowedDrivers, features, rbacExpressions: authMode !== "basic" }
   const newRunDeps = { resources, index, secrets, logs, maxQueueSize }
   /** The parts of a write kept outside the Pipeline: its webhook Secret and its secrets. */
   const storeWriteOnly = async (pipeline: PipelineObject, write: PipelineWrite, previous?: PipelineSpec) => {
@@ -129,24 +136,27 @@ export function pipelineRoutes({
     return pipeline
   }
 
-  router.get("/api/pipelines", async (ctx) => {
+  router.get("/api/pipelines", access.user, async (ctx) => {
     const page = pageOf(ctx.query)
+    const user = requestUser(ctx)
     const pipelines = index.pipelines
       .list()
+      .filter((pipeline) => policy.mayView(user, pipeline))
       .sort((a, b) => (a.metadata?.name ?? "").localeCompare(b.metadata?.name ?? ""))
     ctx.body = paginate(pipelines.map(view), page)
   })
 
-  router.put("/api/pipelines/:name", async (ctx) => {
+  router.put("/api/pipelines/:name", access.newPipeline, async (ctx) => {
     const key = ctx.params.name ?? ""
     const body = objectBody(ctx.state.body, { required: true })
-    const existing = await findPipeline(resources, index.pipelines, key)
+    const actor = requestUser(ctx).actor
+    const existing = checked.maybePipeline(ctx.state)
     if (existing === undefined) {
       checkPipelineName(key)
       const write = await pipelineWrite(key, body, rules)
       const created = await create(key, write.spec)
       await storeWriteOnly(created, write)
-      recordUpsert(created)
+      recordUpsert(created, actor)
       ctx.status = 201
       ctx.body = withNotes(view(created), write)
       return
@@ -182,11 +192,11 @@ export function pipelineRoutes({
     }
     stored(replaced)
     await storeWriteOnly(replaced, write, current.spec)
-    recordUpsert(replaced, existing.spec)
+    recordUpsert(replaced, actor, existing.spec)
     ctx.body = withNotes(view(replaced), write)
   })
 
-  router.post("/api/pipelines", async (ctx) => {
+  router.post("/api/pipelines", access.user, async (ctx) => {
     const body = objectBody(ctx.state.body, { required: true })
     onlyFields(body, ["name", ...pipelineFields])
     const { name, ...rest } = body
@@ -195,7 +205,11 @@ export function pipelineRoutes({
     }
     checkPipelineName(name)
     const write = await pipelineWrite(name, rest, rules)
-    if ((await resources.getPipeline(name)) !== undefined) {
+    const user = requestUser(ctx)
+    const existing = await resources.getPipeline(name)
+    if (existing !== undefined) {
+      // One the user may not see is refused as its own paths are, not named as taken.
+      policy.check(user, { pipeline: existing })
       throw new RunnelError(
         409,
         "conflict",
@@ -204,24 +218,24 @@ export function pipelineRoutes({
     }
     const created = await create(name, write.spec)
     await storeWriteOnly(created, write)
-    recordUpsert(created)
+    recordUpsert(created, user.actor)
     ctx.status = 201
     ctx.body = withNotes(view(created), write)
   })
 
-  router.get("/api/pipelines/:name", async (ctx) => {
-    ctx.body = view(await found(ctx.params.name ?? ""))
+  router.get("/api/pipelines/:name", access.pipeline, async (ctx) => {
+    ctx.body = view(checked.pipeline(ctx.state))
   })
 
-  router.delete("/api/pipelines/:name", async (ctx) => {
-    const pipeline = await found(ctx.params.name ?? "")
+  router.delete("/api/pipelines/:name", access.pipeline, async (ctx) => {
+    const pipeline = checked.pipeline(ctx.state)
     const name = pipeline.metadata?.name ?? ""
     own.deleting(pipeline.metadata?.uid ?? "")
     await resources.deletePipeline(name)
     index.pipelines.forget(pipeline)
     // Its webhook Secret is owned by it and goes with it; the secrets in the store are removed here.
     await secrets.deleteScope(pipelineScope(pipeline.metadata?.uid ?? ""))
-    record("pipeline.delete", pipeline)
+    record("pipeline.delete", pipeline, requestUser(ctx).actor)
     // Runs the API created are owned by the Pipeline; Runs created with kubectl may not be.
     const { items: runs } = index.runs.page({ pipeline: name }, 0, Number.MAX_SAFE_INTEGER)
     await Promise.all(
@@ -242,8 +256,8 @@ export function pipelineRoutes({
     ["pause", true],
     ["unpause", false],
   ] as const) {
-    router.post(`/api/pipelines/:id/${action}`, async (ctx) => {
-      const pipeline = await found(ctx.params.id ?? "")
+    router.post(`/api/pipelines/:id/${action}`, access.pipeline, async (ctx) => {
+      const pipeline = checked.pipeline(ctx.state)
       const name = pipeline.metadata?.name ?? ""
       const patched = await resources.patchPipeline(name, {
         metadata: { annotations: { [updatedAtAnnotation]: own.stamp(name) } },
@@ -251,12 +265,12 @@ export function pipelineRoutes({
       })
       if (patched === undefined) throw notFound("pipeline", name)
       stored(patched)
-      record(paused ? "pipeline.paused" : "pipeline.unpaused", patched)
+      record(paused ? "pipeline.paused" : "pipeline.unpaused", patched, requestUser(ctx).actor)
       ctx.body = view(patched)
     })
   }
 
-  router.post("/api/pipelines/:id/trigger", async (ctx) => {
+  router.post("/api/pipelines/:id/trigger", access.pipeline, async (ctx) => {
     const body = objectBody(ctx.state.body, { required: false })
     onlyFields(body, ["mode", "args", "webhook"])
     const mode = body.mode ?? "manual"
@@ -272,7 +286,7 @@ export function pipelineRoutes({
         throw featureDisabled("webhooks")
       }
       const request = simulatedWebhook(body.webhook)
-      const pipeline = await found(ctx.params.id ?? "")
+      const pipeline = checked.pipeline(ctx.state)
       const name = pipeline.metadata?.name ?? ""
       if (pipeline.spec.webhookSecretRef === undefined) {
         throw new RunnelError(
@@ -285,14 +299,16 @@ export function pipelineRoutes({
       const run = await admitRun(
         newRunDeps,
         pipeline,
-        webhookRun({ ...request, url: `/api/webhooks/${name}` }, anonymousActor),
+        webhookRun({ ...request, url: `/api/webhooks/${name}` }, requestUser(ctx).actor),
       )
       ctx.status = 202
       ctx.body = { run_id: run.metadata?.name }
       return
     }
     if (body.webhook !== undefined) throw badRequest('"webhook" is given only with mode "webhook"')
-    const run = await createRun(newRunDeps, ctx.params.id ?? "", { type: mode, args })
+    const pipeline = checked.pipeline(ctx.state)
+    refuseIfPaused(pipeline)
+    const run = await admitRun(newRunDeps, pipeline, { type: mode, args, by: requestUser(ctx).actor })
     ctx.status = 202
     ctx.body = { run_id: run.metadata?.name }
   })

@@ -3,13 +3,12 @@ import { badRequest, notFound } from "../../lib/core/errors.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { ScheduleObject } from "../../lib/kube/resources.ts"
 import { objectBody, onlyFields } from "../body.ts"
-import { findPipeline } from "../find-pipeline.ts"
-import type { ResourceIndex } from "../resource-index.ts"
+import { checked, type RouteAccess } from "../route-access.ts"
 import { scheduleView, updatedAtAnnotation } from "../views.ts"
 
 export type ScheduleRoutesDeps = {
-  resources: Pick<ResourceClient, "getPipeline" | "list" | "getSchedule" | "patchScheduleEnabled">
-  index: Pick<ResourceIndex, "pipelines">
+  resources: Pick<ResourceClient, "list" | "getSchedule" | "patchScheduleEnabled">
+  access: RouteAccess
 }
 
 /**
@@ -17,14 +16,12 @@ export type ScheduleRoutesDeps = {
  * disabled. Both answer whatever the `schedules` feature says: with it off the
  * schedules are stored and listed, only never fired (the operator's part).
  */
-export function scheduleRoutes({ resources, index }: ScheduleRoutesDeps): Router {
+export function scheduleRoutes({ resources, access }: ScheduleRoutesDeps): Router {
   const router = new Router()
   const all = async () => (await resources.list<ScheduleObject>("schedules")).items
 
-  router.get("/api/pipelines/:id/schedules", async (ctx) => {
-    const key = ctx.params.id ?? ""
-    const pipeline = await findPipeline(resources, index.pipelines, key)
-    if (pipeline === undefined) throw notFound("pipeline", key)
+  router.get("/api/pipelines/:id/schedules", access.pipeline, async (ctx) => {
+    const pipeline = checked.pipeline(ctx.state)
     const name = pipeline.metadata?.name ?? ""
     const schedules = (await all())
       .filter((schedule) => schedule.spec.pipelineRef.name === name)
@@ -33,7 +30,7 @@ export function scheduleRoutes({ resources, index }: ScheduleRoutesDeps): Router
   })
 
   // `:id` is the schedule's id (metadata.uid) or its name, as pipelines take either.
-  router.put("/api/schedules/:id/enabled", async (ctx) => {
+  router.put("/api/schedules/:id/enabled", access.schedule, async (ctx) => {
     const body = objectBody(ctx.state.body, { required: true })
     onlyFields(body, ["enabled"])
     if (typeof body.enabled !== "boolean") {
@@ -42,11 +39,7 @@ export function scheduleRoutes({ resources, index }: ScheduleRoutesDeps): Router
       )
     }
     const key = ctx.params.id ?? ""
-    const schedule =
-      (/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(key) ? await resources.getSchedule(key) : undefined) ??
-      (await all()).find((candidate) => candidate.metadata?.uid === key)
-    if (schedule === undefined)
-      throw notFound("schedule", key, "list a pipeline's schedules with GET /api/pipelines/:id/schedules")
+    const schedule = checked.schedule(ctx.state)
     const name = schedule.metadata?.name ?? ""
     const patched = await resources.patchScheduleEnabled(name, body.enabled, {
       [updatedAtAnnotation]: new Date().toISOString(),

@@ -8,6 +8,7 @@ import type { RunObject, RunWebhookResponse } from "../../lib/kube/resources.ts"
 import { rawBody } from "../body.ts"
 import { findPipeline } from "../find-pipeline.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
+import type { RouteAccess } from "../route-access.ts"
 import { detectProvider, verifyWebhook } from "../webhooks/providers.ts"
 import { webhookRun } from "../webhooks/webhook-run.ts"
 
@@ -20,6 +21,7 @@ export type WebhookRoutesDeps = NewRunDeps & {
   webhookTimeoutMs: number
   /** Slack and Stripe timestamps further than this from now are refused as replays. */
   webhookMaxAgeMs: number
+  access: Pick<RouteAccess, "signature">
 }
 
 /** Response headers the server sets itself; a pipeline's own would contradict the body it sends. */
@@ -35,7 +37,7 @@ const serverHeaders = new Set(["content-length", "transfer-encoding", "connectio
 export function webhookRoutes(deps: WebhookRoutesDeps): Router {
   const router = new Router()
 
-  router.all("/api/webhooks/:pipeline_id", async (ctx) => {
+  router.all("/api/webhooks/:pipeline_id", deps.access.signature, async (ctx) => {
     if (!deps.features.includes("webhooks")) {
       throw featureDisabled("webhooks")
     }

@@ -1,6 +1,6 @@
-import { authFlags } from "./auth.ts"
+import { authFlags, authWarnings } from "./auth.ts"
 import { type CommandLine, deepFreeze, type FlagSpec, hostEnvironment, readFlags } from "./flags.ts"
-import { type RoleSettings, rolePart } from "./operator.ts"
+import { allowedDriverNames, type RoleSettings, rolePart } from "./operator.ts"
 import { type ApiSettings, apiPart, type HttpSettings, httpPart, serverFlags } from "./server.ts"
 
 /** The API flags of `runnel server`, without the operator's own (in-flight limit, sandbox limits, secrets). */
@@ -53,7 +53,11 @@ export const apiserverFlags: readonly FlagSpec[] = serverFlags
   )
 
 /** `runnel apiserver`: the API role alone. */
-export type ApiServerSettings = RoleSettings & { readonly http: HttpSettings; readonly api: ApiSettings }
+export type ApiServerSettings = RoleSettings & {
+  readonly http: HttpSettings
+  readonly api: ApiSettings
+  readonly warnings: readonly string[]
+}
 
 /** `runnel apiserver`'s settings from its command line and environment, checked and frozen. */
 export function apiserverSettings(
@@ -62,9 +66,11 @@ export function apiserverSettings(
   env: NodeJS.ProcessEnv = process.env,
 ): ApiServerSettings {
   const flags = readFlags(apiserverFlags, cli, env)
+  const api = apiPart(flags)
   return deepFreeze({
-    ...rolePart(flags, "apiserver", driverNames, hostEnvironment(env)),
+    ...rolePart(flags, "apiserver", driverNames, hostEnvironment(env), api.auth.mode !== "open"),
     http: httpPart(flags),
-    api: apiPart(flags),
+    api,
+    warnings: authWarnings(api.auth, allowedDriverNames(flags)),
   })
 }

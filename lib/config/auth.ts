@@ -178,3 +178,25 @@ function checkedUrl(text: string, flag: string): string {
   }
   return text
 }
+
+/** Advised length of --oauth-session-secret (interface.md "Limits"). */
+export const advisedSecretChars = 32
+
+/** What the serving roles say on stderr at start about their authentication (`allowedDrivers` as given). */
+export function authWarnings(auth: AuthSettings, allowedDrivers: readonly string[]): string[] {
+  const warnings: string[] = []
+  if (auth.mode === "oauth" && [...auth.sessionSecret].length < advisedSecretChars) {
+    warnings.push(
+      `runnel: WARNING: --oauth-session-secret is ${[...auth.sessionSecret].length} characters; it signs every token, so use a random string of ${advisedSecretChars} or more (openssl rand -base64 32)`,
+    )
+  }
+  if (auth.mode !== "open" && allowedDrivers.includes("native")) {
+    warnings.push(
+      "runnel: WARNING: --allowed-drivers names native with authentication on: every user who may store a pipeline can run processes as this server's own user on this host, whatever RBAC says",
+    )
+  }
+  if (auth.mode === "open" && auth.serverRbac !== undefined) {
+    warnings.push("runnel: WARNING: --server-rbac has no effect without authentication (Basic Auth or OAuth)")
+  }
+  return warnings
+}

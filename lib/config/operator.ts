@@ -12,6 +12,7 @@ import {
   parseDurationFlag,
   parseKeyValues,
   parsePositiveInt,
+  parseSwitch,
   readFlags,
 } from "./flags.ts"
 import { type KubeRole, type KubeSource, kubeSource } from "./kubeconfig.ts"
@@ -23,6 +24,55 @@ export const mockImageFlag: FlagSpec = {
   defaultValue: "busybox",
   description:
     "YAML pipelines: the image with a POSIX shell that stands for a mock resource's mirror_self image and runs runnel's small file tasks",
+}
+
+/** What a script's fetch(), notifications and native git may reach (runner and operator). */
+export const networkFlags: readonly FlagSpec[] = [
+  {
+    name: "slack-api-url",
+    value: "URL",
+    defaultValue: "https://slack.com/api",
+    description:
+      "base URL of the Slack Web API that slack notifications post to (chat.postMessage), for Slack-compatible servers",
+  },
+  {
+    name: "fetch-max-response-mb",
+    value: "MB",
+    defaultValue: "10",
+    description: "largest response body a pipeline's fetch() reads; a larger one rejects",
+  },
+  {
+    name: "allow-metadata-addresses",
+    description:
+      "let pipelines' fetch(), notifications and native git reach cloud metadata addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254, 100.100.100.200), refused by default",
+  },
+]
+
+/** The settings of networkFlags, with the `fetch` and `notifications` features. */
+export type NetworkSettings = {
+  readonly fetch: boolean
+  readonly notifications: boolean
+  readonly slackApiUrl: string
+  readonly fetchMaxResponseBytes: number
+  readonly allowMetadataAddresses: boolean
+}
+
+export function networkPart(flags: FlagValues, features: readonly Feature[]): NetworkSettings {
+  const slackApiUrl = String(flags["slack-api-url"])
+  if (!URL.canParse(slackApiUrl) || !/^https?:$/.test(new URL(slackApiUrl).protocol)) {
+    throw badRequest(`--slack-api-url "${slackApiUrl}" is not an http or https URL`)
+  }
+  return {
+    fetch: features.includes("fetch"),
+    notifications: features.includes("notifications"),
+    slackApiUrl,
+    fetchMaxResponseBytes:
+      parsePositiveInt(flags["fetch-max-response-mb"] as string, "fetch-max-response-mb") * 1024 * 1024,
+    allowMetadataAddresses: parseSwitch(
+      flags["allow-metadata-addresses"] as string | undefined,
+      "allow-metadata-addresses",
+    ),
+  }
 }
 
 /** The flags of the operator role, shared by `runnel operator` and `runnel server`. */
@@ -151,6 +201,7 @@ export const operatorFlags: readonly FlagSpec[] = [
     description: "every object key starts with it: <prefix>/<scope>/<key>",
   },
   mockImageFlag,
+  ...networkFlags,
   {
     name: "schedules-mode",
     value: "MODE",
@@ -169,6 +220,25 @@ export const operatorFlags: readonly FlagSpec[] = [
     value: "NAME",
     defaultValue: "runnel-schedule-fire",
     description: "cronjob mode: the ServiceAccount of those Jobs, which may only create Runs and read Schedules",
+  },
+  {
+    name: "task-volume-storage-class",
+    value: "NAME",
+    description:
+      "kubernetes driver: the StorageClass of a run's volumes and YAML caches (PersistentVolumeClaims); the cluster's default without it",
+  },
+  {
+    name: "task-volume-size",
+    value: "QUANTITY",
+    defaultValue: "1Gi",
+    description: "kubernetes driver: the size each of those claims requests, a Kubernetes quantity",
+  },
+  {
+    name: "task-volume-access-mode",
+    value: "MODE",
+    defaultValue: "ReadWriteOnce",
+    description:
+      "kubernetes driver: ReadWriteOnce (a run's Pods all on the node of its first) or ReadWriteMany (Pods anywhere; the StorageClass must offer it)",
   },
   {
     name: "allowed-features",
@@ -208,8 +278,18 @@ export type OperatorSettings = RoleSettings & {
   readonly shutdownGraceMs: number
   readonly secrets: Readonly<Record<string, string>>
   readonly mockImage: string
+  /** fetch(), notifications and native git: the features and their flags. */
+  readonly network: NetworkSettings
   /** How cron schedules fire, and what their CronJobs run in cronjob mode. */
   readonly schedules: { readonly mode: "timer" | "cronjob"; readonly image: string; readonly serviceAccount: string }
+  /** The kubernetes driver's PersistentVolumeClaims: a run's volumes and YAML caches. */
+  readonly taskVolumes: TaskVolumeSettings
+}
+
+export type TaskVolumeSettings = {
+  readonly storageClass: string | undefined
+  readonly size: string
+  readonly accessMode: "ReadWriteOnce" | "ReadWriteMany"
 }
 
 /** `runnel operator`'s settings from its command line and environment, checked and frozen. */
@@ -227,9 +307,12 @@ export function operatorPart(
   role: KubeRole,
   driverNames: readonly string[],
   host: HostEnvironment,
+  authenticated = false,
 ): OperatorSettings {
+  const roleSettings = rolePart(flags, role, driverNames, host, authenticated)
   return {
-    ...rolePart(flags, role, driverNames, host),
+    ...roleSettings,
+    network: networkPart(flags, roleSettings.features),
     maxInFlight: parsePositiveInt(flags["max-in-flight"] as string, "max-in-flight"),
     limits: {
       memoryMb: parsePositiveInt(flags["pipeline-memory-mb"] as string, "pipeline-memory-mb"),
@@ -243,29 +326,52 @@ export function operatorPart(
       image: String(flags["schedules-image"]),
       serviceAccount: String(flags["schedules-service-account"]),
     },
+    taskVolumes: taskVolumesPart(flags),
   }
 }
 
-/** The flags both roles share, checked: the driver names, the namespace, the stores, the features, the API. */
+function taskVolumesPart(flags: FlagValues): TaskVolumeSettings {
+  const size = String(flags["task-volume-size"])
+  // A Kubernetes quantity as storage requests are written: digits, an optional fraction and suffix.
+  if (!/^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$/.test(size)) {
+    throw badRequest(`--task-volume-size "${size}" is not a Kubernetes quantity such as 1Gi or 500Mi`)
+  }
+  const accessMode = String(flags["task-volume-access-mode"])
+  if (accessMode !== "ReadWriteOnce" && accessMode !== "ReadWriteMany") {
+    throw badRequest(`--task-volume-access-mode "${accessMode}" is not a mode; use ReadWriteOnce or ReadWriteMany`)
+  }
+  const storageClass = flags["task-volume-storage-class"]
+  return { storageClass: storageClass ? String(storageClass) : undefined, size, accessMode }
+}
+
+/**
+ * The flags both roles share, checked: the driver names, the namespace, the stores, the features, the API.
+ * With authentication on (`authenticated`), `--allowed-drivers *` leaves out `native`: it runs a
+ * task as the server's own user on its host, a way around every access rule (contract.md section 3).
+ */
 export function rolePart(
   flags: FlagValues,
   role: KubeRole,
   driverNames: readonly string[],
   host: HostEnvironment,
+  authenticated = false,
 ): RoleSettings {
   const driver = String(flags.driver)
   checkDriverName(driver, driverNames) // an unknown --driver fails at start, with the known ones
-  const allowed = String(flags["allowed-drivers"])
-    .split(",")
-    .map((name) => name.trim())
-    .filter((name) => name !== "")
-  const allowedDrivers: readonly string[] | "*" = allowed.includes("*") ? "*" : allowed
+  const allowed = allowedDriverNames(flags)
+  const allowedDrivers: readonly string[] | "*" = !allowed.includes("*")
+    ? allowed
+    : authenticated
+      ? [...new Set([...driverNames.filter((name) => name !== "native"), ...allowed.filter((name) => name !== "*")])]
+      : "*"
   if (allowedDrivers !== "*") {
     for (const name of allowedDrivers) checkDriverName(name, driverNames)
     if (!allowedDrivers.includes(driver)) {
-      throw badRequest(
-        `--driver ${driver} is not among --allowed-drivers ${allowedDrivers.join(",")}; allow it, or choose one of those`,
-      )
+      const why =
+        driver === "native" && allowed.includes("*")
+          ? "; with authentication on, * leaves out native (it runs tasks as this server's user): name it, --allowed-drivers *,native, to allow it"
+          : "; allow it, or choose one of those"
+      throw badRequest(`--driver ${driver} is not among --allowed-drivers ${allowedDrivers.join(",")}${why}`)
     }
   }
   const namespace = String(flags.namespace)
@@ -291,6 +397,13 @@ export function rolePart(
   const kube = kubeSource(role, flags.kubeconfig === undefined ? undefined : String(flags.kubeconfig), host)
   return { kube, ...settings }
 }
+
+/** `--allowed-drivers` as given: names, or `*`. */
+export const allowedDriverNames = (flags: FlagValues): string[] =>
+  String(flags["allowed-drivers"])
+    .split(",")
+    .map((name) => name.trim())
+    .filter((name) => name !== "")
 
 function schedulesMode(text: string): "timer" | "cronjob" {
   if (text === "timer" || text === "cronjob") return text

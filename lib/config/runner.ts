@@ -1,4 +1,5 @@
 import { parseDuration } from "../core/duration.ts"
+import { defaultFeatures } from "./features.ts"
 import {
   type CommandLine,
   deepFreeze,
@@ -9,7 +10,7 @@ import {
   parsePositiveInt,
   readFlags,
 } from "./flags.ts"
-import { checkDriverName, mockImageFlag } from "./operator.ts"
+import { checkDriverName, mockImageFlag, type NetworkSettings, networkFlags, networkPart } from "./operator.ts"
 
 export const runnerFlags: readonly FlagSpec[] = [
   { name: "driver", value: "NAME", defaultValue: "docker", description: "runs the tasks: docker or native" },
@@ -28,6 +29,7 @@ export const runnerFlags: readonly FlagSpec[] = [
   { name: "pipeline-memory-mb", value: "MB", defaultValue: "128", description: "memory limit of the script's sandbox" },
   { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of the whole run" },
   mockImageFlag,
+  ...networkFlags,
 ]
 
 /** `runnel runner`: one pipeline file on this machine, without a server. */
@@ -38,6 +40,8 @@ export type RunnerSettings = {
   readonly storagePath: string | undefined
   readonly limits: { readonly memoryMb: number; readonly timeoutMs: number }
   readonly mockImage: string
+  /** fetch(), notifications and native git: both features on (the runner has no --allowed-features). */
+  readonly network: NetworkSettings
   /** The environment the drivers read: the Docker host, the PATH of native tasks. */
   readonly host: HostEnvironment
 }
@@ -60,6 +64,7 @@ export function runnerSettings(
       timeoutMs: parseDuration(String(flags["pipeline-timeout"])),
     },
     mockImage: String(flags["mock-image"]),
+    network: networkPart(flags, defaultFeatures),
     host: hostEnvironment(env),
   })
 }

@@ -1,5 +1,5 @@
 import { badRequest } from "../core/errors.ts"
-import { type AuthSettings, authFlags, authPart } from "./auth.ts"
+import { type AuthSettings, authFlags, authPart, authWarnings } from "./auth.ts"
 import {
   type CommandLine,
   deepFreeze,
@@ -11,7 +11,7 @@ import {
   parseSwitch,
   readFlags,
 } from "./flags.ts"
-import { type OperatorSettings, operatorFlags, operatorPart } from "./operator.ts"
+import { allowedDriverNames, type OperatorSettings, operatorFlags, operatorPart } from "./operator.ts"
 
 /** Where the process serves HTTP. */
 export type HttpSettings = {
@@ -72,8 +72,12 @@ export const serverFlags: readonly FlagSpec[] = [
   ...authFlags,
 ]
 
-/** `runnel server`: both roles in one process, and where it serves. */
-export type ServerSettings = OperatorSettings & { readonly http: HttpSettings; readonly api: ApiSettings }
+/** `runnel server`: both roles in one process, and where it serves; `warnings` are said on stderr at start. */
+export type ServerSettings = OperatorSettings & {
+  readonly http: HttpSettings
+  readonly api: ApiSettings
+  readonly warnings: readonly string[]
+}
 
 /** `runnel server`'s settings from its command line and environment, checked and frozen. */
 export function serverSettings(
@@ -82,10 +86,12 @@ export function serverSettings(
   env: NodeJS.ProcessEnv = process.env,
 ): ServerSettings {
   const flags = readFlags(serverFlags, cli, env)
+  const api = apiPart(flags)
   return deepFreeze({
-    ...operatorPart(flags, "server", driverNames, hostEnvironment(env)),
+    ...operatorPart(flags, "server", driverNames, hostEnvironment(env), api.auth.mode !== "open"),
     http: httpPart(flags),
-    api: apiPart(flags),
+    api,
+    warnings: authWarnings(api.auth, allowedDriverNames(flags)),
   })
 }
 

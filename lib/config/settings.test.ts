@@ -66,12 +66,88 @@ describe("settings per role", () => {
     )
   })
 
+  it("pick one authentication mode, and refuse to start with both or with OAuth's required flags missing", () => {
+    const github = { oauthGithubClientId: "id", oauthGithubClientSecret: "secret" }
+    const oauth = { ...github, oauthSessionSecret: "s".repeat(32), oauthCallbackUrl: "https://ci.example/" }
+    expect(serverSettings({}, drivers, env).api.auth).toEqual({ mode: "open" })
+    expect(serverSettings({ basicAuthUsername: "a", basicAuthPassword: "b" }, drivers, env).api.auth).toEqual({
+      mode: "basic",
+      username: "a",
+      password: "b",
+    })
+    expect(
+      serverSettings({}, drivers, { ...env, CI_BASIC_AUTH_USERNAME: "a", CI_BASIC_AUTH_PASSWORD: "b" }).api.auth.mode,
+    ).toBe("basic")
+    expect(serverSettings(oauth, drivers, env).api.auth).toMatchObject({
+      mode: "oauth",
+      callbackUrl: "https://ci.example",
+    })
+    expect(() => serverSettings({ ...oauth, basicAuthUsername: "a", basicAuthPassword: "b" }, drivers, env)).toThrow(
+      /Basic Auth \(--basic-auth-username\) and OAuth \(--oauth-github-client-id\) are both configured/,
+    )
+    expect(() => serverSettings({ ...github, oauthCallbackUrl: "https://ci.example" }, drivers, env)).toThrow(
+      "OAuth is configured (github) but --oauth-session-secret is missing",
+    )
+    expect(() => serverSettings({ ...github, oauthSessionSecret: "s".repeat(32) }, drivers, env)).toThrow(
+      "OAuth is configured (github) but --oauth-callback-url is missing",
+    )
+  })
+
+  it("leave native out of --allowed-drivers * once authentication is on, and warn when it is named", () => {
+    const basic = { basicAuthUsername: "a", basicAuthPassword: "b" }
+    expect(serverSettings({}, drivers, env)).toMatchObject({ allowedDrivers: "*", warnings: [] })
+    expect(serverSettings(basic, drivers, env)).toMatchObject({ allowedDrivers: ["docker"], warnings: [] })
+    expect(() => serverSettings({ ...basic, driver: "native" }, drivers, env)).toThrow(
+      /--driver native is not among --allowed-drivers docker; with authentication on, \* leaves out native .* --allowed-drivers \*,native/,
+    )
+    const named = apiserverSettings({ ...basic, allowedDrivers: "*,native" }, drivers, env)
+    expect(named.allowedDrivers).toEqual(["docker", "native"])
+    expect(named.warnings).toEqual([
+      expect.stringMatching(/^runnel: WARNING: --allowed-drivers names native with authentication on/),
+    ])
+    expect(operatorSettings({ allowedDrivers: "*" }, drivers, env).allowedDrivers).toBe("*")
+  })
+
+  it("warn about a session secret under 32 characters, and a --server-rbac that open access ignores", () => {
+    const oauth = { oauthGithubClientId: "id", oauthGithubClientSecret: "x", oauthCallbackUrl: "https://ci.example" }
+    expect(serverSettings({ ...oauth, oauthSessionSecret: "short" }, drivers, env).warnings).toEqual([
+      expect.stringMatching(/^runnel: WARNING: --oauth-session-secret is 5 characters; .* 32 or more/),
+    ])
+    expect(serverSettings({ ...oauth, oauthSessionSecret: "s".repeat(32) }, drivers, env).warnings).toEqual([])
+    expect(serverSettings({ serverRbac: "true" }, drivers, env).warnings).toEqual([
+      "runnel: WARNING: --server-rbac has no effect without authentication (Basic Auth or OAuth)",
+    ])
+  })
+
   it("resolve the operator's Kubernetes API by the one policy: here $KUBECONFIG", () => {
     expect(operatorSettings({}, drivers, env).kube).toEqual({
       kind: "files",
       files: ["/etc/kube.yaml"],
       from: '$KUBECONFIG "/etc/kube.yaml"',
     })
+  })
+
+  it("give the kubernetes driver's claims a storage class, size and access mode, or refuse a bad one naming its flag", () => {
+    expect(operatorSettings({}, drivers, env).taskVolumes).toEqual({
+      storageClass: undefined,
+      size: "1Gi",
+      accessMode: "ReadWriteOnce",
+    })
+    const given = { taskVolumeStorageClass: "fast", taskVolumeSize: "500Mi", taskVolumeAccessMode: "ReadWriteMany" }
+    expect(serverSettings(given, drivers, env).taskVolumes).toEqual({
+      storageClass: "fast",
+      size: "500Mi",
+      accessMode: "ReadWriteMany",
+    })
+    expect(serverSettings({}, drivers, { ...env, CI_TASK_VOLUME_STORAGE_CLASS: "nfs" }).taskVolumes.storageClass).toBe(
+      "nfs",
+    )
+    expect(() => serverSettings({ taskVolumeSize: "1 GB" }, drivers, env)).toThrow(
+      '--task-volume-size "1 GB" is not a Kubernetes quantity such as 1Gi or 500Mi',
+    )
+    expect(() => serverSettings({ taskVolumeAccessMode: "rwx" }, drivers, env)).toThrow(
+      '--task-volume-access-mode "rwx" is not a mode; use ReadWriteOnce or ReadWriteMany',
+    )
   })
 
   it("give the runner its driver, limits and secrets", () => {
@@ -82,6 +158,40 @@ describe("settings per role", () => {
       limits: { memoryMb: 128, timeoutMs: 2000 },
       mockImage: "busybox",
     })
+  })
+
+  it("give the operator and the runner what fetch(), notifications and git may reach", () => {
+    expect(serverSettings({}, drivers, env).network).toEqual({
+      fetch: true,
+      notifications: true,
+      slackApiUrl: "https://slack.com/api",
+      fetchMaxResponseBytes: 10 * 1024 * 1024,
+      allowMetadataAddresses: false,
+    })
+    expect(
+      operatorSettings({ allowedFeatures: "webhooks", slackApiUrl: "http://127.0.0.1:9/api" }, drivers, {
+        ...env,
+        CI_FETCH_MAX_RESPONSE_MB: "2",
+        CI_ALLOW_METADATA_ADDRESSES: "true",
+      }).network,
+    ).toEqual({
+      fetch: false,
+      notifications: false,
+      slackApiUrl: "http://127.0.0.1:9/api",
+      fetchMaxResponseBytes: 2 * 1024 * 1024,
+      allowMetadataAddresses: true,
+    })
+    expect(runnerSettings({ allowMetadataAddresses: true }, drivers, env).network).toMatchObject({
+      fetch: true,
+      notifications: true,
+      allowMetadataAddresses: true,
+    })
+    expect(() => serverSettings({ slackApiUrl: "slack.com" }, drivers, env)).toThrow(
+      '--slack-api-url "slack.com" is not an http or https URL',
+    )
+    expect(() => serverSettings({ fetchMaxResponseMb: "0" }, drivers, env)).toThrow(
+      '--fetch-max-response-mb must be a positive whole number, not "0"',
+    )
   })
 
   it("give a client its URL without credentials and its Authorization header", () => {

@@ -134,6 +134,22 @@ for (const kind of ["file", ":memory:"] as const) {
       expect(await hits(store, "nowhere")).toEqual([])
     })
 
+    it("cuts a snippet around the place where most of the words occur, marking each, in a long row", async () => {
+      const store = await openStore()
+      const line = (n: number) => `2026-01-01T00:00:${n % 60} [INFO] compiling module ${n}\n`
+      const before = Array.from({ length: 100 }, (_, n) => line(n)).join("")
+      store.append("r1", "tasks/1/build", "stdout", `${before}disk ok\n${before}error: disk quota exceeded\n${before}`)
+      store.append("r2", "tasks/1/build", "stdout", "le café est prêt\n")
+      await store.flush()
+      const [common] = await hits(store, "info")
+      expect(common?.snippet).toMatch(/^2026-01-01T00:00:0 \[«INFO»\] compiling module 0\n.*…$/s)
+      expect(common?.snippet.length).toBeLessThan(200)
+      const [two] = await hits(store, "QUOTA disk")
+      expect(two?.snippet).toMatch(/^….*error: «disk» «quota» exceeded\n.*…$/s)
+      // FTS5 folds diacritics, so "cafe" finds "café"; its own snippet marks it.
+      expect((await hits(store, "cafe")).map((hit) => hit.snippet)).toEqual(["le «café» est prêt\n"])
+    })
+
     it("answers a word in more than 1,000 rows newest first, and pages past the first 1,000", async () => {
       const store = await openStore()
       for (let n = 0; n < 1_050; n++) store.append(`r${n}`, "tasks/1/log", "stdout", `common word in run ${n}\n`)

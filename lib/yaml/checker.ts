@@ -11,8 +11,17 @@ export type Node = { readonly value: YamlValue; readonly path: string; readonly 
 export const isMapping = (value: unknown): value is YamlMap =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
+/**
+ * What may stand between `((` and `))` of a variable, as Concourse's
+ * vars/interp.go matches it: an optional var source and `:`, then names,
+ * dots, colons, `@` and quotes. No spaces or other punctuation, so shell
+ * arithmetic such as `$((n + 1))` stays text, as in Concourse.
+ */
+export const variableReference = String.raw`(?:[-/.\w\p{L}]+:)?[-/.:@"\w\p{L}]+`
+const anyVariable = new RegExp(String.raw`\(\(${variableReference}\)\)`, "u")
+
 /** A variable anywhere in the text: `((name))`, `((.:name))`, `((source:name.field))`. */
-export const hasVariable = (text: string): boolean => /\(\([^()]*\)\)/.test(text)
+export const hasVariable = (text: string): boolean => anyVariable.test(text)
 
 /** How a value reads in a message: `a list`, `the number 3`. */
 export function describe(value: YamlValue | undefined): string {

@@ -547,6 +547,12 @@ class PipelineReader {
     const configNode = c.child(node, "config")
     const fileNode = c.child(node, "file")
     const config = configNode === undefined ? undefined : readTaskConfig(c, configNode)
+    const imageType = configNode === undefined ? undefined : c.child(configNode, "image_resource")
+    const imageTypeNode = imageType === undefined ? undefined : c.child(imageType, "type")
+    const typeName = config?.imageResource?.type
+    if (imageTypeNode !== undefined && typeName !== undefined && !hasVariable(typeName)) {
+      this.index.imageTypes.push({ name: typeName, path: imageTypeNode.path, line: imageTypeNode.line })
+    }
     const file = fileNode === undefined ? undefined : c.string(fileNode)
     const at = kindNode ?? node
     if (configNode === undefined && fileNode === undefined) {

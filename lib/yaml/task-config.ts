@@ -12,7 +12,8 @@ const taskConfigKeys = [
   "params",
   "run",
 ] as const
-const imageTypes = ["registry-image", "docker-image", "mock"] as const
+/** The image_resource types whose source runnel reads itself; any other names a type of `resource_types`. */
+const registryTypes = new Set(["registry-image", "docker-image"])
 
 /**
  * Reads a task config (a step's `config:` or a task file), recording problems
@@ -76,31 +77,44 @@ function readImageResource(c: Checker, node: Node): ImageResource | undefined {
   if (c.mapping(node, "image_resource", ["type", "source", "params", "version"]) === undefined) return undefined
   const typeNode = c.child(node, "type")
   if (typeNode === undefined) {
-    return c.problem(node, "image_resource needs a type: registry-image (or docker-image) or mock")
+    return c.problem(
+      node,
+      "image_resource needs a type: registry-image (or docker-image), mock or one of resource_types",
+    )
   }
-  const type = c.choice(typeNode, imageTypes)
+  // Any other type names one of the pipeline's resource_types, looked up when the task runs, as a get's type is.
+  const type = c.string(typeNode)
+  if (type === "") c.problem(typeNode, "must not be empty")
   const sourceNode = c.child(node, "source")
   const source = c.freeMapping(sourceNode)
   const params = c.freeMapping(c.child(node, "params"))
   const versionNode = c.child(node, "version")
   const version = versionNode === undefined ? undefined : c.stringMapping(versionNode)
-  if (type === undefined) return undefined
+  if (type === undefined || type === "") return undefined
   if (type === "mock") {
     const mirror = sourceNode === undefined ? undefined : c.child(sourceNode, "mirror_self")
     if (mirror !== undefined) c.boolean(mirror)
-  } else if (sourceNode === undefined || !isMapping(sourceNode.value)) {
-    if (sourceNode === undefined) c.problem(node, `image_resource of type ${type} needs source: with a repository`)
-  } else {
-    const repository = c.child(sourceNode, "repository")
-    if (repository === undefined) {
-      c.problem(sourceNode, "source needs the image's repository, for example repository: busybox")
-    } else if (c.string(repository) === "") {
-      c.problem(repository, "must not be empty")
-    }
-    const tag = c.child(sourceNode, "tag")
-    if (tag !== undefined) c.string(tag)
+  } else if (registryTypes.has(type)) {
+    checkRegistrySource(c, node, type, sourceNode)
   }
   return { type, source, params, ...(version === undefined ? {} : { version }) }
+}
+
+/** A registry-image or docker-image source must name the image's repository. */
+function checkRegistrySource(c: Checker, node: Node, type: string, sourceNode: Node | undefined): void {
+  if (sourceNode === undefined) {
+    c.problem(node, `image_resource of type ${type} needs source: with a repository`)
+    return
+  }
+  if (!isMapping(sourceNode.value)) return
+  const repository = c.child(sourceNode, "repository")
+  if (repository === undefined) {
+    c.problem(sourceNode, "source needs the image's repository, for example repository: busybox")
+  } else if (c.string(repository) === "") {
+    c.problem(repository, "must not be empty")
+  }
+  const tag = c.child(sourceNode, "tag")
+  if (tag !== undefined) c.string(tag)
 }
 
 const memoryUnits: Record<string, number> = {

@@ -214,7 +214,8 @@ export type Step =
 export type StepKind = Step["kind"]
 
 export type ImageResource = {
-  readonly type: "registry-image" | "docker-image" | "mock"
+  /** `registry-image`, `docker-image`, `mock`, or the name of one of the pipeline's resource_types. */
+  readonly type: string
   /** registry-image and docker-image: `repository` (required) and `tag`; mock: `mirror_self`. */
   readonly source: YamlMap
   readonly params: YamlMap

@@ -16,23 +16,38 @@ export type PipelineIndex = {
   readonly varSources: NameRef[]
   readonly uses: ResourceUse[]
   readonly groupJobs: NameRef[]
+  /** The types of inline task configs' image_resource. */
+  readonly imageTypes: NameRef[]
 }
 
 export function emptyIndex(): PipelineIndex {
-  return { jobs: [], resources: [], resourceTypes: [], groups: [], varSources: [], uses: [], groupJobs: [] }
+  return {
+    jobs: [],
+    resources: [],
+    resourceTypes: [],
+    groups: [],
+    varSources: [],
+    uses: [],
+    groupJobs: [],
+    imageTypes: [],
+  }
 }
+
+/** The image_resource types runnel knows without resource_types. */
+const imageTypes = ["registry-image", "docker-image", "mock"]
 
 /**
  * The checks `fly set-pipeline` makes across a pipeline: names declared once,
  * every get and put naming a declared resource, every `passed:` naming a job
- * that touches that resource without forming a cycle, and every resource used.
+ * that touches that resource without forming a cycle, every resource used,
+ * and every image_resource type known.
  * `complete` is false when some steps could not be read: a resource may then
  * look unused when it is not, so that check waits for a clean read.
  */
 export function validateReferences(index: PipelineIndex, problems: ProblemList, complete: boolean): void {
   const jobs = declared(index.jobs, "job", problems)
   const resources = declared(index.resources, "resource", problems)
-  declared(index.resourceTypes, "resource type", problems)
+  const resourceTypes = declared(index.resourceTypes, "resource type", problems)
   declared(index.groups, "group", problems)
   declared(index.varSources, "var source", problems)
 
@@ -79,6 +94,16 @@ export function validateReferences(index: PipelineIndex, problems: ProblemList, 
           `resource "${resource.name}" is not used by any job; use it in a get or put step, or remove it`,
         )
       }
+    }
+  }
+
+  for (const ref of index.imageTypes) {
+    if (!imageTypes.includes(ref.name) && !resourceTypes.has(ref.name)) {
+      problems.add(
+        ref.path,
+        ref.line,
+        `image_resource type "${ref.name}" is neither ${imageTypes.join(", ")} nor declared in resource_types${suggestion(ref.name, [...imageTypes, ...resourceTypes.keys()])}`,
+      )
     }
   }
 

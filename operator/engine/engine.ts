@@ -1,10 +1,18 @@
+import type { NetworkSettings as ConfiguredNetwork } from "../../lib/config/operator.ts"
 import type { RunResult } from "../../lib/core/run.ts"
 import type { WebhookRequest, WebhookResponse } from "../../lib/core/webhook-request.ts"
 import { Redactor } from "../../lib/logs/redactor.ts"
 import { compileScript } from "../../lib/script/compile.ts"
 import { GateClosed, type GateRequest, gatesDisabledMessage, type RunGates } from "./gates.ts"
+import { httpBackend } from "./notify/http-notifier.ts"
+import { Notifications } from "./notify/notifications.ts"
+import { slackBackend } from "./notify/slack.ts"
+import { teamsBackend } from "./notify/teams.ts"
+import type { OutboundPolicy } from "./outbound.ts"
+import { nativeResources, type ResourceRequest } from "./resources/native-resources.ts"
 import type { TaskResult } from "./run-context.ts"
 import { runInSandbox, type SandboxLimits, ScriptFailure } from "./sandbox/sandbox.ts"
+import { type FetchRequest, scriptFetch } from "./script-fetch.ts"
 import { type RunDeps, runToEnd } from "./settle.ts"
 import { parseTaskRequest } from "./task-request.ts"
 import { webhookTrigger } from "./webhook-trigger.ts"
@@ -39,6 +47,25 @@ export type ScriptRun = RunIdentity & {
   readonly journal?: ReadonlyMap<string, TaskResult>
 }
 
+/**
+ * What a script reaches beyond its tasks: the `fetch` and `notifications`
+ * features, and the server's settings for them (lib/config: `--slack-api-url`,
+ * `--fetch-max-response-mb`, `--allow-metadata-addresses`).
+ */
+export type NetworkSettings = ConfiguredNetwork & {
+  /** Resolves host names for fetch(), notifications and git; the system's resolver unless given (a test's stand-in for DNS). */
+  readonly resolve?: OutboundPolicy["resolve"]
+}
+
+/** The defaults of the server's flags, with both features on (`--allowed-features *`). */
+export const defaultNetworkSettings: NetworkSettings = {
+  fetch: true,
+  notifications: true,
+  slackApiUrl: "https://slack.com/api",
+  fetchMaxResponseBytes: 10 * 1024 * 1024,
+  allowMetadataAddresses: false,
+}
+
 /** What the engines take from their host: the run's parts, and a script's limits and webhook answer. */
 export type EngineDeps = RunDeps & {
   readonly driverName: string
@@ -53,6 +80,10 @@ export type EngineDeps = RunDeps & {
   readonly respond?: (response: WebhookResponse) => void
   /** The run's approval gates; absent when the `gates` feature is off (the gate call then fails). */
   readonly gates?: RunGates
+  /** fetch(), notifications and native git; defaultNetworkSettings when absent. */
+  readonly network?: NetworkSettings
+  /** The small image with a shell, base64 and tar (`--mock-image`): mock resources, files copied into volumes. */
+  readonly mockImage?: string
 }
 
 /**
@@ -78,7 +109,43 @@ export function runScript(run: ScriptRun, deps: EngineDeps, signal: AbortSignal)
         args: run.args,
       }
       let responded = false
+      const network = deps.network ?? defaultNetworkSettings
+      const policy: OutboundPolicy = {
+        allowMetadataAddresses: network.allowMetadataAddresses,
+        ...(network.resolve === undefined ? {} : { resolve: network.resolve }),
+      }
+      const consoleLine = (line: string) => context.console("stdout", `${line}\n`)
+      const fetch = scriptFetch(
+        { enabled: network.fetch, maxResponseBytes: network.fetchMaxResponseBytes, ...policy },
+        consoleLine,
+        runSignal,
+      )
+      const notifications = new Notifications({
+        enabled: network.notifications,
+        backends: [slackBackend(network.slackApiUrl), teamsBackend, httpBackend],
+        secrets: deps.secrets,
+        redactor,
+        policy,
+        run: { runId: run.runId, pipelineName: run.pipelineName },
+        signal: runSignal,
+      })
+      const resource = nativeResources({
+        context,
+        mockImage: deps.mockImage ?? "busybox",
+        policy,
+        fetchEnabled: network.fetch,
+        signal: runSignal,
+      })
       const host = {
+        fetch: (requestJson: string, body: ArrayBuffer | undefined) => {
+          const request = JSON.parse(requestJson) as FetchRequest & { bodyText?: string }
+          const bytes = request.bodyText === undefined ? body && new Uint8Array(body) : Buffer.from(request.bodyText)
+          return fetch(request, bytes)
+        },
+        decodeUtf8: (body: ArrayBuffer) => new TextDecoder().decode(body),
+        notifyConfigs: (configsJson: string) => notifications.setConfigs(JSON.parse(configsJson)),
+        notifySend: (requestJson: string) => notifications.send(JSON.parse(requestJson)),
+        resource: (requestJson: string) => resource(JSON.parse(requestJson) as ResourceRequest),
         runTask: (taskJson: string) => context.runTask(parseTaskRequest(JSON.parse(taskJson))),
         console: context.console.bind(context),
         respond: (responseJson: string) => {

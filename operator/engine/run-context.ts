@@ -112,6 +112,69 @@ export class RunContext {
   }
 
   /**
+   * An operation runnel does itself for the script (a native resource's check,
+   * fetch or push): a task of the run at the next `tasks/<n>/<name>`, numbered
+   * with runtime.run's tasks, recorded, shown and redacted like them; its
+   * output is what `work` writes to its log. It succeeds when `work` resolves.
+   * When `work` rejects, the task is a `failure` with the message on its
+   * stderr and the rejection reaches the script, which may catch it; a
+   * SystemError (a missing secret, the driver down) ends the run as `error`,
+   * as runTask's do. Not journaled: a resumed run does the operation again.
+   */
+  async runOperation<T>(name: string, work: (log: TaskLog, path: string) => Promise<T>): Promise<T> {
+    const path = scriptTaskPath(++this.#taskCount, name)
+    const started: TaskRecord = {
+      runId: this.#deps.runId,
+      path,
+      name,
+      status: "running",
+      code: null,
+      startedAt: new Date().toISOString(),
+      endedAt: null,
+    }
+    this.#save(started)
+    this.#deps.observer.taskStarted(started)
+    const log = this.#taskLog(path)
+    const end = (status: TaskStatus, code: number | null) => {
+      log.end()
+      this.#finish({ ...started, status, code, endedAt: new Date().toISOString() })
+    }
+    const running = work(log, path)
+    this.#running.add(running)
+    try {
+      const result = await running
+      end("success", 0)
+      return result
+    } catch (error) {
+      const aborted = this.#deps.signal.aborted
+      if (!aborted) log.stderr(`${errorMessage(error)}\n`)
+      end(aborted ? "aborted" : error instanceof SystemError ? "error" : "failure", aborted ? null : 1)
+      if (aborted) throw this.#deps.signal.reason
+      if (error instanceof SystemError) this.#deps.fail(error)
+      throw error
+    } finally {
+      this.#running.delete(running)
+    }
+  }
+
+  /** Replaces each `secret:KEY` string in `value`, walking maps and lists; other values stay as they are. */
+  async resolveSecretsIn(value: unknown, where: string): Promise<unknown> {
+    if (typeof value === "string") {
+      if (!value.startsWith("secret:")) return value
+      return this.#secret(value.slice("secret:".length), `${where} asks for it`)
+    }
+    if (Array.isArray(value))
+      return Promise.all(value.map((item, index) => this.resolveSecretsIn(item, `${where}[${index}]`)))
+    if (value !== null && typeof value === "object") {
+      const resolved: Record<string, unknown> = {}
+      for (const [key, item] of Object.entries(value))
+        resolved[key] = await this.resolveSecretsIn(item, `${where}.${key}`)
+      return resolved
+    }
+    return value
+  }
+
+  /**
    * Runs one task at a path the caller chose (YAML: `jobs/<job>/<n>/<kind>/<name>`),
    * recorded, redacted and cleaned up as runTask's are. Rejects when the task
    * is aborted or runnel cannot run it (the task is then `aborted` or `error`),
@@ -238,16 +301,20 @@ export class RunContext {
         env[name] = value
         continue
       }
-      const key = value.slice("secret:".length)
-      const secret = await this.#deps.secrets.get(key)
-      if (secret === undefined) {
-        throw new SystemError(
-          `secret "${key}" is not set: task "${request.name}" asks for it in env ${name}; give the run a secret named ${key} (runnel runner: --secret ${key}=VALUE)`,
-        )
-      }
-      env[name] = secret
+      env[name] = await this.#secret(value.slice("secret:".length), `task "${request.name}" asks for it in env ${name}`)
     }
     return env
+  }
+
+  /** A secret's value; a missing one is a SystemError naming the key and who asked (`why`). */
+  async #secret(key: string, why: string): Promise<string> {
+    const secret = await this.#deps.secrets.get(key)
+    if (secret === undefined) {
+      throw new SystemError(
+        `secret "${key}" is not set: ${why}; give the run a secret named ${key} (runnel runner: --secret ${key}=VALUE)`,
+      )
+    }
+    return secret
   }
 
   #driver(): Promise<RunDriver> {

@@ -30,3 +30,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "runnel.secretName" -}}
 {{- default (include "runnel.fullname" .) .Values.existingSecret -}}
 {{- end -}}
+
+{{- define "runnel.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}

@@ -44,9 +44,9 @@ const unshareArgs = ["--mount", "--user", "--map-root-user"] as const
 
 /**
  * The shell that builds the new root at $1 and binds each volume (pairs of
- * host directory and container path, up to `--`), then runs the command
- * (after `--`: its working directory on the host, then the program and its
- * arguments) chrooted there. The pipeline's text never enters it: every value
+ * host directory and container path, up to `--`, outer ones first), then
+ * runs the command (after `--`: its working directory as a container path,
+ * then the program and its arguments) chrooted there. The pipeline's text never enters it: every value
  * is an argument.
  */
 const script = `set -e
@@ -57,6 +57,10 @@ chroot=$(command -v chroot)
 new=$1; shift
 mount --make-rprivate /
 mount -t tmpfs runnel-task-root "$new"
+# An entry removed since it was listed (other programs' temporary files) is skipped; any other failure stops.
+bind() {
+  mount "$1" "$2" "$3" 2>/dev/null || [ ! -e "$2" ] || mount "$1" "$2" "$3"
+}
 shadow() {
   mkdir -p "$new$1"
   for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
@@ -64,36 +68,52 @@ shadow() {
     t="$new$e"
     if [ -e "$t" ] || [ -L "$t" ]; then continue; fi
     if [ -L "$e" ]; then ln -s "$(readlink "$e")" "$t"
-    elif [ -d "$e" ]; then mkdir "$t"; mount --rbind "$e" "$t"
-    else : > "$t"; mount --bind "$e" "$t"; fi
+    elif [ -d "$e" ]; then mkdir "$t"; bind --rbind "$e" "$t"
+    else : > "$t"; bind --bind "$e" "$t"; fi
   done
+  # The host directory holding the new root brings a copy of it (and its mounts) along, and a
+  # directory that is a mount point in any copy cannot be removed below: detach the copy.
+  if mountpoint -q "$new$new"; then umount -l "$new$new"; fi
 }
 shadow /
-while [ "$1" != "--" ]; do
-  volume=$1; target=$2; shift 2
-  at=""; rest=\${target#/}
+# Makes directory $1 in the new root. A host directory on the way, bound whole, is first replaced by a
+# shadow of its entries, so what is made below it does not reach the host; below a volume already
+# bound (a mount inside another) the directory is made in that volume, as a container runtime does.
+volumes=" "
+place() {
+  at=""; rest=\${1#/}
   while [ -n "$rest" ]; do
     part=\${rest%%/*}
     if [ "$part" = "$rest" ]; then rest=""; else rest=\${rest#*/}; fi
     at="$at/$part"
+    case "$volumes" in *" $at "*) break ;; esac
     if [ -n "$rest" ] && [ -d "$at" ] && [ ! -L "$at" ] && mountpoint -q "$new$at"; then
       umount -l "$new$at"; rmdir "$new$at"; shadow "$at"
     fi
   done
-  mkdir -p "$new$target"
+  mkdir -p "$new$1"
+}
+while [ "$1" != "--" ]; do
+  volume=$1; target=$2; shift 2
+  place "$target"
   mount --bind "$volume" "$new$target"
+  volumes="$volumes$target "
 done
 shift
 cwd=$1; shift
+place "$cwd"
 PATH=$task_path
 exec "$chroot" "$new" sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"`
 
-/** The program and arguments that run `command` in a namespace with `binds` (container path to host directory). */
+/**
+ * The program and arguments that run `command` in a namespace with `binds` (container path to host
+ * directory; a bind inside another after it), in `workDir`, a container path.
+ */
 export function inMountNamespace(
   executable: string,
   newRoot: string,
   binds: readonly { readonly path: string; readonly dir: string }[],
-  cwd: string,
+  workDir: string,
   command: { readonly path: string; readonly args: readonly string[] },
 ): { path: string; args: string[] } {
   return {
@@ -107,7 +127,7 @@ export function inMountNamespace(
       newRoot,
       ...binds.flatMap(({ path, dir }) => [dir, path]),
       "--",
-      cwd,
+      workDir,
       command.path,
       ...command.args,
     ],

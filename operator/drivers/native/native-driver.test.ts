@@ -150,16 +150,39 @@ describe("native driver", () => {
     expect(output.out()).toBe("shared\nin\nsrc\n")
   })
 
-  it("refuses a mount inside another mount, naming both, and writes nothing into either volume", async () => {
-    const { run } = await openRun()
+  it("refuses a mount inside another mount where no mount namespace can be made, naming both, writing nothing", async () => {
+    const driver = nativeDriverFactory({ workRoot, path, unshare: "/nonexistent/unshare" }).create({})
+    const run = await driver.open("no-namespace-nested")
+    onTestFinished(() => run.close())
     const [outer, inner] = [await run.createVolume("outer"), await run.createVolume("inner")]
     const task = shell("true", { mounts: { "/a": outer, "/a/b/": inner }, workDir: "/a" })
     const exec = run.exec(task, collect(), never)
     await expect(exec).rejects.toBeInstanceOf(SystemError)
-    await expect(exec).rejects.toThrow(`mounts "/a/b" inside "/a", which the native driver cannot do`)
+    await expect(exec).rejects.toThrow(
+      'task "tasks/1/native" mounts "/a/b" inside "/a", which the native driver can do only in a private mount namespace and not inside a mount at "/" (this machine refuses one: /nonexistent/unshare: spawn /nonexistent/unshare ENOENT); mount them side by side, or run with --driver docker',
+    )
     const output = collect()
     await run.exec(shell("ls", { mounts: { "/a": outer }, workDir: "/a" }), output, never)
     expect(output.out()).toBe("")
+  })
+
+  // testflight/fixtures/volume-mounting.yml: an input inside an output, an output inside an input.
+  it("nests a mount inside another in a mount namespace, the outer volume getting only its mount point", async () => {
+    const { run } = await openRun()
+    const [outer, inner] = [await run.createVolume("nest-outer"), await run.createVolume("nest-inner")]
+    const write = collect()
+    const task = shell("echo in > out/in/file && echo top > out/top && ls out", {
+      mounts: { "/tmp/build/w/out": outer, "/tmp/build/w/out/in": inner },
+      workDir: "/tmp/build/w",
+    })
+    expect(await run.exec(task, write, never)).toEqual({ code: 0, timedOut: false })
+    expect(write.out()).toBe("in\ntop\n")
+    const outerSeen = collect()
+    await run.exec(shell("ls; cat top; ls in", { mounts: { "/o": outer }, workDir: "/o" }), outerSeen, never)
+    expect(outerSeen.out()).toBe("in\ntop\ntop\n")
+    const innerSeen = collect()
+    await run.exec(shell("cat file", { mounts: { "/i": inner }, workDir: "/i" }), innerSeen, never)
+    expect(innerSeen.out()).toBe("in\n")
   })
 
   it("writes an absolute path on the host, as it is: only the working directory is mapped", async () => {
@@ -184,6 +207,20 @@ describe("native driver", () => {
     await run.exec(shell("cat file.txt; test ! -e /data", { mounts: { "/in": data }, workDir: "/in" }), read, never)
     expect(read.out()).toBe("from-task\n")
     await expect(readFile("/data/file.txt", "utf8")).rejects.toMatchObject({ code: "ENOENT" })
+  })
+
+  it("binds a volume below a host directory that sorts before the one holding the task roots", async () => {
+    // /srv exists on the host and is bound into the new root before /tmp, whose copy of the new
+    // root then held /srv as a mount point: the namespace could not replace it.
+    const { run } = await openRun()
+    const data = await run.createVolume("srv-in")
+    const output = collect()
+    const task = shell("echo bound > /srv/runnel-in/file && cat /srv/runnel-in/file", {
+      mounts: { "/srv/runnel-in": data },
+    })
+    expect(await run.exec(task, output, never)).toEqual({ code: 0, timedOut: false })
+    expect(output.out()).toBe("bound\n")
+    await expect(readFile("/srv/runnel-in/file", "utf8")).rejects.toMatchObject({ code: "ENOENT" })
   })
 
   it("refuses a mount outside the working directory where no mount namespace can be made, saying to use docker", async () => {

@@ -64,8 +64,10 @@ const cachesDir = "caches"
  * - A mount is a symlink, and the kernel resolves `..` physically: `..` from
  *   inside a mount leads to the run's volumes directory, not to the mount's
  *   parent. `in/file` works; `../in/file` from inside another mount does not.
- * - A mount inside another mount is refused: its link would have to be written
- *   into the outer volume, which other tasks share.
+ * - A mount inside another mount needs the namespace, where it is bound at its
+ *   path inside the outer volume (which gets the empty directory it is bound
+ *   on, as in a container); without one it is refused, since its link would
+ *   have to be written into the outer volume.
  * - HOME is the run directory, shared by the run's tasks.
  */
 export function nativeDriverFactory(defaults: NativeDefaults): DriverFactory {
@@ -145,7 +147,7 @@ class NativeRun implements RunDriver {
     signal.throwIfAborted()
     this.#assertOpen(task)
     const root = join(this.#runDir, "tasks", `${++this.#tasks}-${safeName(task.name)}`)
-    const { links, cwd, mounts, workDir } = this.#layout(task, root)
+    const { links, cwd, mounts, workDir, nested } = this.#layout(task, root)
     const newRoot = `${root}.ns`
     let namespaced = false
     if (mounts.length > 0) {
@@ -155,6 +157,12 @@ class NativeRun implements RunDriver {
       if (!namespace.ok && outside !== undefined) {
         throw new SystemError(
           `task "${task.path}" mounts "${outside.path}" outside its working directory "${workDir}": the native driver places such a mount only in a private mount namespace, which this machine refuses (${namespace.reason}); mount it below the working directory, or run with --driver docker`,
+        )
+      }
+      if (nested !== undefined && (!namespace.ok || nested.outer === "/")) {
+        const why = namespace.ok ? "" : ` (this machine refuses one: ${namespace.reason})`
+        throw new SystemError(
+          `task "${task.path}" mounts "${nested.inner}" inside "${nested.outer}", which the native driver can do only in a private mount namespace and not inside a mount at "/"${why}; mount them side by side, or run with --driver docker`,
         )
       }
     }
@@ -170,7 +178,7 @@ class NativeRun implements RunDriver {
       this.#assertOpen(task)
       // A mount at "/" holds the working directory (the links place it); binding it over the new root would hide the host.
       const binds = mounts.filter((mount) => mount.path !== "/")
-      return await this.#spawn(task, cwd, output, signal, namespaced ? { newRoot, mounts: binds } : undefined)
+      return await this.#spawn(task, cwd, output, signal, namespaced ? { newRoot, mounts: binds, workDir } : undefined)
     } finally {
       // rm() never follows a link, so the volumes stay. Should it fail, close() removes the run directory.
       // The new root's mounts went with the namespace, when the task's last process ended.
@@ -187,7 +195,11 @@ class NativeRun implements RunDriver {
     cwd: string,
     output: TaskOutput,
     signal: AbortSignal,
-    namespace?: { readonly newRoot: string; readonly mounts: readonly { path: string; dir: string }[] },
+    namespace?: {
+      readonly newRoot: string
+      readonly mounts: readonly { path: string; dir: string }[]
+      readonly workDir: string
+    },
   ): Promise<TaskExit> {
     const env = { PATH: this.#path, HOME: this.#runDir, ...task.env }
     let command: { path: string; args: readonly string[] } = task.command
@@ -195,8 +207,14 @@ class NativeRun implements RunDriver {
       if (!(await findExecutable(task.command.path, env.PATH))) {
         throw spawnError(Object.assign(new Error("not found"), { code: "ENOENT" }), task.command.path, env.PATH)
       }
-      // The task's links stay where its working directory is; the binds add the absolute paths.
-      command = inMountNamespace(this.#namespace.unshare, namespace.newRoot, namespace.mounts, cwd, task.command)
+      // In the namespace the task works at its container paths, where the binds are (nested ones too).
+      command = inMountNamespace(
+        this.#namespace.unshare,
+        namespace.newRoot,
+        namespace.mounts,
+        namespace.workDir,
+        task.command,
+      )
     }
     // detached: the task leads its own process group, so killing -pid also kills what it started.
     // In a namespace, unshare, the shell and chroot each exec the next: the group leader is the task.
@@ -275,26 +293,33 @@ class NativeRun implements RunDriver {
   #layout(
     task: TaskSpec,
     root: string,
-  ): { links: { link: string; dir: string }[]; cwd: string; mounts: { path: string; dir: string }[]; workDir: string } {
+  ): {
+    links: { link: string; dir: string }[]
+    cwd: string
+    mounts: { path: string; dir: string }[]
+    workDir: string
+    nested?: { inner: string; outer: string }
+  } {
     const mounts = Object.entries(task.mounts)
       .map(([path, volume]) => ({ path: containerPath(path), dir: this.#volumeDir(task, volume) }))
       .sort((a, b) => a.path.length - b.path.length)
-    mounts.forEach((inner, i) => {
-      const outer = mounts.slice(0, i).find((mount) => within(inner.path, mount.path))
-      if (outer !== undefined) {
-        throw new SystemError(
-          `task "${task.path}" mounts "${inner.path}" inside "${outer.path}", which the native driver cannot do without writing into the outer volume; mount them side by side, or run with --driver docker`,
-        )
-      }
-    })
+    // Outer mounts first, so a mount inside another is bound after it (in a namespace only).
+    const outerOf = (inner: { path: string }, i: number) =>
+      mounts.slice(0, i).find((mount) => mount.path !== inner.path && within(inner.path, mount.path))
+    const firstNested = mounts.findIndex((mount, i) => outerOf(mount, i) !== undefined)
+    const inner = mounts[firstNested]
+    const outer = inner === undefined ? undefined : outerOf(inner, firstNested)
     const workDir = containerPath(task.workDir ?? "/")
-    const holder = mounts.find((mount) => within(workDir, mount.path))
+    const holder = mounts.findLast((mount) => within(workDir, mount.path))
     return {
-      // A mount at "/" is the task's only mount (any other would be inside it), and holds the workDir.
-      links: mounts.filter((mount) => mount.path !== "/").map(({ path, dir }) => ({ link: join(root, path), dir })),
+      // No link inside another mount: it would be written into the outer volume. A mount at "/" holds the workDir.
+      links: mounts
+        .filter((mount, i) => mount.path !== "/" && outerOf(mount, i) === undefined)
+        .map(({ path, dir }) => ({ link: join(root, path), dir })),
       cwd: holder === undefined ? join(root, workDir) : join(holder.dir, posix.relative(holder.path, workDir)),
       mounts,
       workDir,
+      ...(inner === undefined || outer === undefined ? {} : { nested: { inner: inner.path, outer: outer.path } }),
     }
   }
 

@@ -5,7 +5,18 @@
 ;((global) => {
   const host = global.__runnelHost
   delete global.__runnelHost
-  const { runTask, log, respond, webhookTrigger: evaluateTrigger, gate: openGate } = host
+  const {
+    runTask,
+    log,
+    respond,
+    webhookTrigger: evaluateTrigger,
+    gate: openGate,
+    fetch: sendFetch,
+    decodeUtf8,
+    notifyConfigs,
+    notifySend,
+    resource,
+  } = host
   const pipelineContext = deepFreeze(JSON.parse(host.context))
   const request = host.request === undefined ? undefined : webhookRequest(JSON.parse(host.request))
 
@@ -234,26 +245,8 @@
 
   const durationUnitsMs = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }
 
-  // Checks `pipeline.gate()`'s argument where the script can catch the error, naming the field.
-  function gateRequest(options) {
-    const where = "pipeline.gate"
-    if (options === null || typeof options !== "object" || Array.isArray(options)) {
-      throw new TypeError(
-        `${where}: expected an object such as { name: "deploy", timeout: "1h" }, got ${show(options)}`,
-      )
-    }
-    const { name, message, timeout, approvers } = options
-    if (typeof name !== "string" || name.trim() === "" || name.length > 253) {
-      throw new TypeError(`${where}: name must be a non-empty string of at most 253 characters, got ${show(name)}`)
-    }
-    if (message !== undefined && typeof message !== "string") {
-      throw new TypeError(`${where}: message must be a string, got ${show(message)}`)
-    }
-    if (approvers !== undefined && (typeof approvers !== "string" || approvers.trim() === "")) {
-      throw new TypeError(
-        `${where}: approvers must be a CEL expression string such as 'user.username == "alice"', got ${show(approvers)}`,
-      )
-    }
+  // A `timeout` option in milliseconds: a duration such as "30s" or "1m30s", or a number of seconds; undefined when absent.
+  function timeoutOption(where, timeout) {
     let timeoutMs
     if (typeof timeout === "number") {
       if (!Number.isFinite(timeout) || timeout <= 0) {
@@ -283,6 +276,30 @@
         `${where}: timeout must be a duration such as "30s" or a number of seconds, got ${show(timeout)}`,
       )
     }
+    return timeoutMs
+  }
+
+  // Checks `pipeline.gate()`'s argument where the script can catch the error, naming the field.
+  function gateRequest(options) {
+    const where = "pipeline.gate"
+    if (options === null || typeof options !== "object" || Array.isArray(options)) {
+      throw new TypeError(
+        `${where}: expected an object such as { name: "deploy", timeout: "1h" }, got ${show(options)}`,
+      )
+    }
+    const { name, message, timeout, approvers } = options
+    if (typeof name !== "string" || name.trim() === "" || name.length > 253) {
+      throw new TypeError(`${where}: name must be a non-empty string of at most 253 characters, got ${show(name)}`)
+    }
+    if (message !== undefined && typeof message !== "string") {
+      throw new TypeError(`${where}: message must be a string, got ${show(message)}`)
+    }
+    if (approvers !== undefined && (typeof approvers !== "string" || approvers.trim() === "")) {
+      throw new TypeError(
+        `${where}: approvers must be a CEL expression string such as 'user.username == "alice"', got ${show(approvers)}`,
+      )
+    }
+    const timeoutMs = timeoutOption(where, timeout)
     return {
       name,
       ...(message === undefined ? {} : { message }),
@@ -295,6 +312,246 @@
     return callHost(openGate, () => gateRequest(options))
   }
   const pipelineApi = Object.freeze({ gate })
+
+  // Header names and values as the WHATWG fetch standard checks them; names are kept in lower case.
+  function headerPair(where, name, value) {
+    const key = String(name)
+    if (!headerName.test(key)) throw new TypeError(`${where}: ${JSON.stringify(key)} is not a valid header name`)
+    const text = String(value).replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, "")
+    if (/[\r\n\0]/.test(text)) throw new TypeError(`${where}: header "${key}" contains a line break or NUL`)
+    return [key.toLowerCase(), text]
+  }
+
+  class Headers {
+    #list = []
+    constructor(init) {
+      if (init === undefined || init === null) return
+      const pairs =
+        init instanceof Headers
+          ? [...init.#list]
+          : Array.isArray(init) || typeof init[Symbol.iterator] === "function"
+            ? Array.from(init, (pair) => {
+                const items = Array.from(pair)
+                if (items.length !== 2) throw new TypeError("Headers: each header must be a [name, value] pair")
+                return items
+              })
+            : typeof init === "object"
+              ? Object.entries(init)
+              : null
+      if (pairs === null)
+        throw new TypeError(`Headers: expected an object, a list of pairs or Headers, got ${show(init)}`)
+      for (const [name, value] of pairs) this.append(name, value)
+    }
+    append(name, value) {
+      this.#list.push(headerPair("Headers.append", name, value))
+    }
+    set(name, value) {
+      const pair = headerPair("Headers.set", name, value)
+      this.#list = this.#list.filter(([key]) => key !== pair[0])
+      this.#list.push(pair)
+    }
+    delete(name) {
+      const key = String(name).toLowerCase()
+      this.#list = this.#list.filter(([item]) => item !== key)
+    }
+    get(name) {
+      const key = String(name).toLowerCase()
+      const values = this.#list.filter(([item]) => item === key).map(([, value]) => value)
+      return values.length === 0 ? null : values.join(", ")
+    }
+    getSetCookie() {
+      return this.#list.filter(([key]) => key === "set-cookie").map(([, value]) => value)
+    }
+    has(name) {
+      const key = String(name).toLowerCase()
+      return this.#list.some(([item]) => item === key)
+    }
+    // Sorted by name, values of one name joined, except set-cookie (the standard's "sort and combine").
+    *entries() {
+      const names = [...new Set(this.#list.map(([key]) => key))].sort()
+      for (const key of names) {
+        if (key === "set-cookie") for (const value of this.getSetCookie()) yield [key, value]
+        else yield [key, this.get(key)]
+      }
+    }
+    *keys() {
+      for (const [key] of this.entries()) yield key
+    }
+    *values() {
+      for (const [, value] of this.entries()) yield value
+    }
+    forEach(callback, thisArg) {
+      for (const [key, value] of this.entries()) callback.call(thisArg, value, key, this)
+    }
+    [Symbol.iterator]() {
+      return this.entries()
+    }
+    get [Symbol.toStringTag]() {
+      return "Headers"
+    }
+  }
+
+  class Response {
+    #body
+    #used = false
+    constructor(meta, body) {
+      this.status = meta.status
+      this.statusText = meta.statusText
+      this.ok = meta.status >= 200 && meta.status < 300
+      this.url = meta.url
+      this.redirected = meta.url !== meta.requestedUrl
+      this.headers = new Headers(meta.headers)
+      this.#body = body
+      Object.freeze(this)
+    }
+    get bodyUsed() {
+      return this.#used
+    }
+    #take() {
+      if (this.#used) return Promise.reject(new TypeError("Response: the body has already been read"))
+      this.#used = true
+      return Promise.resolve(this.#body)
+    }
+    arrayBuffer() {
+      return this.#take()
+    }
+    text() {
+      return this.#take().then((body) => decodeUtf8.applySync(undefined, [body], { arguments: { copy: true } }))
+    }
+    json() {
+      return this.text().then((text) => JSON.parse(text))
+    }
+  }
+
+  const standardMethods = ["DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"]
+
+  // Checks fetch()'s arguments where the script can catch the error; the host does the request.
+  function fetchRequest(input, init) {
+    const where = "fetch"
+    if (init !== undefined && (init === null || typeof init !== "object")) {
+      throw new TypeError(`${where}: the second argument must be an options object, got ${show(init)}`)
+    }
+    const options = init ?? {}
+    const url =
+      typeof input === "string"
+        ? input
+        : input !== null && typeof input === "object"
+          ? String(input.url ?? input.href ?? input)
+          : null
+    if (url === null) throw new TypeError(`${where}: the first argument must be a URL string, got ${show(input)}`)
+    const asked = options.method === undefined ? "GET" : String(options.method)
+    if (!headerName.test(asked)) throw new TypeError(`${where}: ${JSON.stringify(asked)} is not a valid HTTP method`)
+    const method = standardMethods.includes(asked.toUpperCase()) ? asked.toUpperCase() : asked
+    const headers = [...new Headers(options.headers).entries()]
+    const { body } = options
+    let bodyText
+    let bodyBytes
+    if (body !== undefined && body !== null) {
+      if (method === "GET" || method === "HEAD") throw new TypeError(`${where}: a ${method} request cannot have a body`)
+      if (typeof body === "string") bodyText = body
+      else if (body instanceof ArrayBuffer) bodyBytes = body
+      else if (ArrayBuffer.isView(body))
+        bodyBytes = body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength)
+      else {
+        throw new TypeError(
+          `${where}: body must be a string, an ArrayBuffer or a typed array; send an object as JSON.stringify(value), got ${show(body)}`,
+        )
+      }
+      if (bodyText !== undefined && !headers.some(([key]) => key === "content-type")) {
+        headers.push(["content-type", "text/plain;charset=UTF-8"])
+      }
+    }
+    const timeoutMs = timeoutOption(where, options.timeout)
+    return {
+      json: JSON.stringify({
+        url,
+        method,
+        headers,
+        ...(bodyText === undefined ? {} : { bodyText }),
+        ...(timeoutMs === undefined ? {} : { timeoutMs }),
+      }),
+      bytes: bodyBytes,
+      url,
+    }
+  }
+
+  function fetch(input, init) {
+    const trace = new Error()
+    let request
+    try {
+      request = fetchRequest(input, init)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return sendFetch
+      .apply(undefined, [request.json, request.bytes], {
+        arguments: { copy: true },
+        result: { promise: true, copy: true },
+      })
+      .then((settled) => {
+        if (!settled.ok) withCallerStack(trace)(settled)
+        return new Response({ ...JSON.parse(settled.meta), requestedUrl: request.url }, settled.body)
+      }, withCallerStack(trace))
+  }
+
+  const notify = Object.freeze({
+    setConfigs(configs) {
+      const settled = JSON.parse(notifyConfigs.applySync(undefined, [JSON.stringify(configs ?? null)]))
+      if (!settled.ok) throw new TypeError(settled.message)
+    },
+    send(notification) {
+      return callHost(notifySend, () => notification ?? null)
+    },
+  })
+
+  // A volume handle, or { volume, path } with a relative path inside it, as the host names them.
+  function volumePlace(where, value) {
+    if (volumeHandles.has(value)) return { volume: value.name, path: "" }
+    if (value !== null && typeof value === "object" && volumeHandles.has(value.volume)) {
+      const path = value.path ?? ""
+      if (typeof path !== "string" || path.startsWith("/") || path.split("/").includes("..")) {
+        throw new TypeError(`${where}: path must be a relative path inside the volume, got ${show(path)}`)
+      }
+      return { volume: value.volume.name, path: path.replace(/^\.\/|\/+$/g, "") }
+    }
+    throw new TypeError(`${where} must be a volume from volumes.create() or { volume, path }, got ${show(value)}`)
+  }
+
+  function resourceRequest(operation, options) {
+    const where = `nativeResources.${operation}`
+    if (options === null || typeof options !== "object" || Array.isArray(options)) {
+      throw new TypeError(
+        `${where}: expected an object such as { type: "git", source: { uri: "https://..." } }, got ${show(options)}`,
+      )
+    }
+    const { type, source, version, destDir, inputs, image } = options
+    const { repository, ...params } = options.params ?? {}
+    return {
+      operation,
+      type,
+      source,
+      params: operation === "push" ? params : options.params,
+      version,
+      image,
+      ...(operation === "fetch" && destDir !== undefined ? { destDir: volumePlace(`${where}: destDir`, destDir) } : {}),
+      ...(operation === "push" && repository !== undefined
+        ? { repository: volumePlace(`${where}: params.repository`, repository) }
+        : {}),
+      ...(operation === "push" && inputs !== undefined
+        ? {
+            inputs: Object.fromEntries(
+              Object.entries(inputs).map(([name, value]) => [name, volumePlace(`${where}: inputs.${name}`, value)]),
+            ),
+          }
+        : {}),
+    }
+  }
+
+  const nativeResources = Object.freeze({
+    check: (options) => callHost(resource, () => resourceRequest("check", options)),
+    fetch: (options) => callHost(resource, () => resourceRequest("fetch", options)),
+    push: (options) => callHost(resource, () => resourceRequest("push", options)),
+  })
 
   function require(name) {
     throw new Error(
@@ -310,6 +567,10 @@
     assert: { value: assert },
     http: { value: http },
     webhookTrigger: { value: webhookTrigger },
+    fetch: { value: fetch },
+    Headers: { value: Headers },
+    notify: { value: notify },
+    nativeResources: { value: nativeResources },
     pipelineContext: { value: pipelineContext },
     // A script's own `pipeline` (its export) shadows this global; __runnelMain gives that function `gate` too.
     pipeline: { value: pipelineApi, configurable: true },

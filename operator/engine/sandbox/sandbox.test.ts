@@ -20,6 +20,24 @@ async function run(
       await new Promise((resolve) => setTimeout(resolve, options.gateMs ?? 0))
       return { approvedBy: "anonymous", request: JSON.parse(json) }
     },
+    // Echoes the request as the response body, so a test sees what crossed the boundary.
+    fetch: async (json, body) => ({
+      status: 201,
+      statusText: "Created",
+      url: JSON.parse(json).url,
+      headers: [
+        ["content-type", "application/json"],
+        ["set-cookie", "a=1"],
+        ["set-cookie", "b=2"],
+      ],
+      body: Buffer.from(JSON.stringify({ request: JSON.parse(json), bytes: body?.byteLength ?? null })),
+    }),
+    decodeUtf8: (body) => new TextDecoder().decode(body),
+    notifyConfigs: (json) => {
+      if (JSON.parse(json) === null) throw new TypeError("notify.setConfigs: expected an object")
+    },
+    notifySend: async () => {},
+    resource: async (json) => JSON.parse(json),
   }
   const script = await compileScript(source, "pipeline.ts")
   const settled = await runInSandbox(
@@ -116,11 +134,33 @@ describe("the script sandbox", () => {
       }`)
     expect(error).toBeUndefined()
     expect(printed.split("\n")).toEqual([
-      "stdout: undefined true undefined undefined",
+      "stdout: undefined true function undefined",
       "stdout: undefined",
       "stdout: __runnelMain",
       'stdout: cannot import "node:fs": pipelines run in a sandbox without Node modules; run tools in a task with runtime.run()',
       'stdout: cannot import "node:child_process": pipelines run in a sandbox without Node modules; run tools in a task with runtime.run()',
+      "",
+    ])
+  })
+
+  it("passes fetch, notify and nativeResources calls to the host as data, volumes by name", async () => {
+    const { error, printed } = await run(`
+      export const pipeline = async () => {
+        const response = await fetch("https://example.com/x", { method: "post", headers: { "X-A": " 1 " }, body: new Uint8Array([1, 2, 3]), timeout: 2 })
+        console.log(response.status, response.ok, response.statusText, response.headers.get("set-cookie"), JSON.stringify(response.headers.getSetCookie()))
+        console.log(JSON.stringify(await response.json()))
+        const work = volumes.create({ name: "work" })
+        console.log(JSON.stringify(await nativeResources.fetch({ type: "git", destDir: { volume: work, path: "./src/" } })))
+        console.log(JSON.stringify(await nativeResources.push({ type: "git", params: { repository: work, tag: "v1" } })))
+        try { notify.setConfigs() } catch (e) { console.log(e.name, e.message) }
+      }`)
+    expect(error).toBeUndefined()
+    expect(printed.split("\n")).toEqual([
+      'stdout: 201 true Created a=1, b=2 ["a=1","b=2"]',
+      `stdout: ${JSON.stringify({ request: { url: "https://example.com/x", method: "POST", headers: [["x-a", "1"]], timeoutMs: 2000 }, bytes: 3 })}`,
+      `stdout: ${JSON.stringify({ operation: "fetch", type: "git", destDir: { volume: "work", path: "src" } })}`,
+      `stdout: ${JSON.stringify({ operation: "push", type: "git", params: { tag: "v1" }, repository: { volume: "work", path: "" } })}`,
+      "stdout: TypeError notify.setConfigs: expected an object",
       "",
     ])
   })

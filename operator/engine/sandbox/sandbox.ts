@@ -45,6 +45,29 @@ export interface ScriptHost {
    * does not run while it waits.
    */
   gate(requestJson: string): Promise<unknown>
+  /**
+   * `fetch()`, its request checked by the prelude (JSON: url, method, headers,
+   * and bodyText or the bytes beside it). Resolves with the response and its
+   * body; rejects with a message the script can catch.
+   */
+  fetch(
+    requestJson: string,
+    body: ArrayBuffer | undefined,
+  ): Promise<{
+    status: number
+    statusText: string
+    url: string
+    headers: readonly (readonly [string, string])[]
+    body: Uint8Array
+  }>
+  /** Decodes a response body as UTF-8 (a Response's text()), as TextDecoder does. */
+  decodeUtf8(body: ArrayBuffer): string
+  /** `notify.setConfigs(map)`: synchronous; throws naming the wrong field, and then takes none of them. */
+  notifyConfigs(configsJson: string): void
+  /** `notify.send({name, message})`. */
+  notifySend(requestJson: string): Promise<void>
+  /** `nativeResources.check/fetch/push`, volumes by their run names. */
+  resource(requestJson: string): Promise<unknown>
 }
 
 /** The pipeline's own code threw or rejected: the run is a `failure`, not an `error`. */
@@ -143,12 +166,23 @@ function hostObject(globals: ScriptGlobals, host: ScriptHost, clock: { pause(): 
   return {
     context: JSON.stringify(globals.pipelineContext),
     request: globals.request === undefined ? undefined : JSON.stringify(globals.request),
-    // Settles with an envelope and never rejects: a rejected promise handed to
-    // isolated-vm before it attaches its handlers is an unhandled rejection in
-    // the host, which would end the whole process.
-    runTask: new ivm.Reference(async (taskJson: string) => {
+    runTask: new ivm.Reference(settled((taskJson: string) => host.runTask(taskJson))),
+    notifySend: new ivm.Reference(settled((requestJson: string) => host.notifySend(requestJson))),
+    resource: new ivm.Reference(settled((requestJson: string) => host.resource(requestJson))),
+    fetch: new ivm.Reference(async (requestJson: string, body: ArrayBuffer | undefined) => {
       try {
-        return JSON.stringify({ ok: true, result: await host.runTask(taskJson) })
+        const { body: answer, ...meta } = await host.fetch(requestJson, body)
+        // A copy of exactly the body's bytes: a Buffer may be a view into a larger pool.
+        return { ok: true, meta: JSON.stringify(meta), body: new Uint8Array(answer).buffer }
+      } catch (error) {
+        return { ok: false, message: errorMessage(error) }
+      }
+    }),
+    decodeUtf8: new ivm.Reference((body: ArrayBuffer) => host.decodeUtf8(body)),
+    notifyConfigs: new ivm.Reference((configsJson: string) => {
+      try {
+        host.notifyConfigs(configsJson)
+        return JSON.stringify({ ok: true })
       } catch (error) {
         return JSON.stringify({ ok: false, message: errorMessage(error) })
       }
@@ -166,6 +200,22 @@ function hostObject(globals: ScriptGlobals, host: ScriptHost, clock: { pause(): 
     log: new ivm.Reference((stream: OutputStream, text: string) => host.console(stream, text)),
     respond: new ivm.Reference((responseJson: string) => host.respond(responseJson)),
     webhookTrigger: new ivm.Reference((expression: string) => host.webhookTrigger(expression)),
+  }
+}
+
+/**
+ * An asynchronous host call as the prelude's callHost expects it: it settles
+ * with an envelope and never rejects, since a rejected promise handed to
+ * isolated-vm before it attaches its handlers is an unhandled rejection in
+ * the host, which would end the whole process.
+ */
+function settled(call: (json: string) => Promise<unknown>): (json: string) => Promise<string> {
+  return async (json) => {
+    try {
+      return JSON.stringify({ ok: true, result: await call(json) })
+    } catch (error) {
+      return JSON.stringify({ ok: false, message: errorMessage(error) })
+    }
   }
 }
 

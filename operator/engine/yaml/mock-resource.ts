@@ -1,6 +1,7 @@
 import { SystemError } from "../../../lib/core/errors.ts"
 import type { YamlMap, YamlValue } from "../../../lib/yaml/types.ts"
 import type { TaskRequest } from "../task-request.ts"
+import type { TaskImage } from "./registry-image.ts"
 import type { MetadataField, Version } from "./versions.ts"
 
 /**
@@ -14,9 +15,11 @@ import type { MetadataField, Version } from "./versions.ts"
  *   other value as JSON) into the artifact; `mirror_self` (source) or
  *   `mirror_self_via_params` make the artifact an image, which for runnel is
  *   the mock image (Concourse copies the resource's own rootfs; runnel writes
- *   no rootfs/ and no metadata.json). `print_metadata` prints the metadata.
+ *   no rootfs/ and no metadata.json), with MIRRORED_VERSION in its env as the
+ *   mock's metadata.json sets it. `print_metadata` prints the metadata.
  * - put: the version is `params.version` (Concourse's mock writes it even when
  *   empty; so does runnel); the metadata is the source's `metadata`.
+ * - `log` (source): a message printed on stderr by every get and put.
  * Departures: `check_delay` and `check_failure` are ignored (there is no
  * separate check), and no `privileged` field is added to versions. runnel
  * also takes a get's `params.version` as the version to fetch.
@@ -25,14 +28,24 @@ export const mockType = "mock"
 
 export const defaultInitialVersion = "mock"
 
-/** The version a check of the mock would settle on, given the latest one known. */
-export function mockCheck(source: YamlMap, latest: Version | undefined): Version | undefined {
+/**
+ * The version a check of the mock would settle on, given the latest one known.
+ * `mirrored` is the MIRRORED_VERSION of the image the check runs in (a
+ * resource type's own version, when the type is a mock with mirror_self): the
+ * mock takes it as its initial version when the source gives none.
+ */
+export function mockCheck(source: YamlMap, latest: Version | undefined, mirrored?: string): Version | undefined {
   const force = text(source.force_version)
   if (force !== undefined && force !== "") return { version: force }
   if (latest !== undefined) return latest
   if (source.no_initial_version === true) return undefined
   const initial = text(source.initial_version)
-  return { version: initial === undefined || initial === "" ? defaultInitialVersion : initial }
+  return { version: initial === undefined || initial === "" ? (mirrored ?? defaultInitialVersion) : initial }
+}
+
+/** The image a mock with mirror_self gives: the mock image, with the version it was fetched at in its env. */
+export function mirroredImage(mockImage: string, version: Version): TaskImage {
+  return { ref: mockImage, env: { MIRRORED_VERSION: version.version ?? "" } }
 }
 
 /** The version a put of the mock creates. */
@@ -81,6 +94,7 @@ export function mockGetTask(
   env.MOCK_FILE_COUNT = String(index)
   const lines = [
     "set -e",
+    ...logLine(source, env),
     `printf '%s\\n' "$MOCK_VERSION" > version`,
     "i=0",
     'while [ "$i" -lt "$MOCK_FILE_COUNT" ]; do',
@@ -105,23 +119,34 @@ export function mockGetTask(
   }
 }
 
-/** The task of a mock put: it only says what it pushes, as Concourse's mock does (and the metadata with print_metadata). */
+/**
+ * The task of a mock put: it only says what it pushes, as Concourse's mock does (and the metadata
+ * with print_metadata, the source's `log` on stderr).
+ */
 export function mockPutTask(
   image: string,
   dir: string,
   version: Version,
-  metadata: readonly MetadataField[],
+  source: YamlMap,
   params: YamlMap,
 ): Omit<TaskRequest, "name"> {
   const printed =
-    params.print_metadata === true ? metadata.map((field) => `${field.name}: ${field.value}\n`).join("") : ""
-  return {
-    image,
-    command: { path: "sh", args: ["-c", `printf 'pushing version: %s\\n%s' "$MOCK_VERSION" "$MOCK_METADATA"`] },
-    env: { MOCK_VERSION: version.version ?? "", MOCK_METADATA: printed },
-    mounts: {},
-    workDir: dir,
-  }
+    params.print_metadata === true
+      ? mockMetadata(source)
+          .map((field) => `${field.name}: ${field.value}\n`)
+          .join("")
+      : ""
+  const env: Record<string, string> = { MOCK_VERSION: version.version ?? "", MOCK_METADATA: printed }
+  const lines = [...logLine(source, env), `printf 'pushing version: %s\\n%s' "$MOCK_VERSION" "$MOCK_METADATA"`]
+  return { image, command: { path: "sh", args: ["-c", lines.join("\n")] }, env, mounts: {}, workDir: dir }
+}
+
+/** The mock's `log` source field: a message it prints (on stderr) on every action, set in `env`. */
+function logLine(source: YamlMap, env: Record<string, string>): string[] {
+  const log = text(source.log)
+  if (log === undefined || log === "") return []
+  env.MOCK_LOG = log
+  return [`printf '%s\\n' "$MOCK_LOG" >&2`]
 }
 
 function text(value: YamlValue | undefined): string | undefined {

@@ -4,6 +4,26 @@ import type { TaskRequest } from "../task-request.ts"
 import type { MetadataField, Version } from "./versions.ts"
 
 /**
+ * Concourse's own resource types, which its workers carry and runnel pulls as
+ * `concourse/<type>-resource` when the pipeline does not declare them.
+ */
+export const coreTypes = new Set([
+  "git",
+  "registry-image",
+  "docker-image",
+  "time",
+  "s3",
+  "semver",
+  "github-release",
+  "pool",
+  "hg",
+  "cf",
+  "bosh-io-release",
+  "bosh-io-stemcell",
+  "tracker",
+])
+
+/**
  * The Concourse resource protocol (`/opt/resource/check`, `in`, `out`), run as
  * tasks in the resource type's image. Drivers give no stdin, so the JSON
  * request travels in an env var and a shell pipes it in; the answer is the

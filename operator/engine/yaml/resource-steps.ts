@@ -1,8 +1,9 @@
 import { posix } from "node:path"
 import { errorMessage, SystemError } from "../../../lib/core/errors.ts"
-import type { GetStep, PutStep, Resource, YamlMap } from "../../../lib/yaml/types.ts"
+import type { GetStep, ImageResource, PutStep, Resource, YamlMap } from "../../../lib/yaml/types.ts"
 import { readArtifactFile } from "./artifact-files.ts"
 import {
+  mirroredImage,
   mockCheck,
   mockGetTask,
   mockMetadata,
@@ -11,7 +12,15 @@ import {
   mockPutVersion,
   mockType,
 } from "./mock-resource.ts"
-import { checkVersions, fetchedVersion, parseAnswer, protocolTask, withDefaults } from "./resource-protocol.ts"
+import { registryImage, type TaskImage } from "./registry-image.ts"
+import {
+  checkVersions,
+  coreTypes,
+  fetchedVersion,
+  parseAnswer,
+  protocolTask,
+  withDefaults,
+} from "./resource-protocol.ts"
 import {
   type Artifact,
   artifactVolume,
@@ -23,33 +32,14 @@ import {
   type TaskSlot,
 } from "./scope.ts"
 import { execTask, stepError } from "./task-exec.ts"
-import { registryImage } from "./task-step.ts"
 import { interpolate } from "./vars.ts"
 import { type MetadataField, sameVersion, type Version } from "./versions.ts"
 
-/**
- * Concourse's own resource types, which its workers carry and runnel pulls as
- * `concourse/<type>-resource` when the pipeline does not declare them.
- */
-const coreTypes = new Set([
-  "git",
-  "registry-image",
-  "docker-image",
-  "time",
-  "s3",
-  "semver",
-  "github-release",
-  "pool",
-  "hg",
-  "cf",
-  "bosh-io-release",
-  "bosh-io-stemcell",
-  "tracker",
-])
 const imageTypes = new Set(["registry-image", "docker-image"])
 
 type Impl =
-  | { readonly kind: "mock" }
+  /** `mirrored`: the version the resource type's mirrored image carries (MIRRORED_VERSION), none for the base mock. */
+  | { readonly kind: "mock"; readonly mirrored?: string }
   | { readonly kind: "protocol"; readonly image: string; readonly defaults: YamlMap }
 
 type Prepared = { readonly resource: Resource; readonly source: YamlMap; readonly impl: Impl }
@@ -82,12 +72,14 @@ async function prepare(scope: Scope, name: string): Promise<Prepared> {
 /**
  * How resources of the declared resource type `name` run: in the image a get
  * of the type's own `source` with its own `type` would fetch. That type may be
- * another declared type, resolved the same way (Concourse's testflight
- * fixture recursive-resource-checking.yml: a mock type whose type is a mock
- * type whose type is mock). The chain ends at `mock` (the resources run as the
- * mock resource, which stands for the image it mirrors) or at
- * `registry-image`/`docker-image` (the image its source names); a type named
- * after one of those, overriding it, fetches images the same way.
+ * another declared type (a declared type wins over a base type of the same
+ * name, testflight resource-type-named-as-base-type.yml), resolved the same
+ * way (testflight recursive-resource-checking.yml: a mock type whose type is a
+ * mock type whose type is mock). The chain ends at `mock` (the resources run
+ * as the mock resource, which stands for the image it mirrors, carrying the
+ * type's own version as MIRRORED_VERSION) or at `registry-image`/
+ * `docker-image` (the image its source names); a type named after one of
+ * those, overriding it, fetches images the same way.
  */
 async function typeImpl(scope: Scope, name: string, seen: readonly string[]): Promise<Impl> {
   if (seen.includes(name)) {
@@ -96,23 +88,63 @@ async function typeImpl(scope: Scope, name: string, seen: readonly string[]): Pr
   const { pipeline } = scope.state.shared
   const type = pipeline.resourceTypes.find((candidate) => candidate.name === name)
   if (type === undefined) throw new SystemError(`the pipeline has no resource type "${name}"`)
-  if (type.type === mockType) return { kind: "mock" }
+  const source = await interpolate(type.source, lookupOf(scope), `source of resource type "${type.name}"`)
   const parent = pipeline.resourceTypes.find((candidate) => candidate.name === type.type && candidate.name !== name)
   if (parent !== undefined) {
     const impl = await typeImpl(scope, parent.name, [...seen, name])
-    if (impl.kind === "mock") return impl
+    if (impl.kind === "mock") return mirroredType(source, impl.mirrored)
     if (!imageTypes.has(parent.name)) {
       throw new SystemError(
         `resource type "${type.name}" is of type "${type.type}", which fetches no image runnel can run; the chain of resource types must end at registry-image, docker-image or mock`,
       )
     }
+  } else if (type.type === mockType) {
+    return mirroredType(source, undefined)
   } else if (!imageTypes.has(type.type)) {
     throw new SystemError(
       `resource type "${type.name}" is of type "${type.type}"; runnel runs resource types from registry-image or docker-image (or mock)`,
     )
   }
-  const source = await interpolate(type.source, lookupOf(scope), `source of resource type "${type.name}"`)
   return { kind: "protocol", image: registryImage(source), defaults: {} }
+}
+
+/** A mock-based type: its image's version is what a mock check of its source gives, in its parent's image. */
+function mirroredType(source: YamlMap, parentMirrored: string | undefined): Impl {
+  const version = mockCheck(source, undefined, parentMirrored)?.version
+  return version === undefined ? { kind: "mock" } : { kind: "mock", mirrored: version }
+}
+
+/**
+ * The image a task's image_resource names. Its type may be one of the
+ * pipeline's resource_types (concourse-ci.org/tasks.html, image_resource:
+ * "the type of the resource"; Concourse fetches it as a get of that type
+ * would), resolved as a resource's type is: a chain ending at mock runs in the
+ * mock image, which a mock with mirror_self stands for, carrying the version
+ * the mock would fetch (testflight resource-types.yml expects
+ * MIRRORED_VERSION=image-version); a type overriding registry-image or
+ * docker-image takes the image its source names. Other types' images hold a
+ * resource's scripts, not a root file system runnel could start, so they are
+ * refused, saying so.
+ */
+export async function imageResourceImage(scope: Scope, image: ImageResource): Promise<TaskImage> {
+  const { pipeline, deps } = scope.state.shared
+  const declared = pipeline.resourceTypes.some((candidate) => candidate.name === image.type)
+  if (!declared && imageTypes.has(image.type)) return { ref: registryImage(image.source, image.version), env: {} }
+  if (!declared && image.type !== mockType) {
+    throw new SystemError(
+      `image_resource type "${image.type}" is neither registry-image, docker-image, mock nor declared in resource_types`,
+    )
+  }
+  const impl: Impl = declared ? await typeImpl(scope, image.type, []) : { kind: "mock" }
+  if (impl.kind === "mock") {
+    const pinned = image.version?.version
+    const version = pinned === undefined ? mockCheck(image.source, undefined, impl.mirrored) : { version: pinned }
+    return version === undefined ? { ref: deps.mockImage, env: {} } : mirroredImage(deps.mockImage, version)
+  }
+  if (imageTypes.has(image.type)) return { ref: registryImage(image.source, image.version), env: {} }
+  throw new SystemError(
+    `image_resource type "${image.type}" runs as resource type image "${impl.image}", whose get gives no image runnel can start; use a registry-image image_resource, or a resource type that is (or ends at) mock`,
+  )
 }
 
 /** A get step: fetch a version of the resource into an artifact named after the step. */
@@ -163,7 +195,7 @@ export async function runPutStep(step: PutStep, scope: Scope): Promise<Outcome> 
       return stepError(scope, slot, error)
     }
     metadata = mockMetadata(prepared.source)
-    const run = await execTask(scope, slot, mockPutTask(mockImage, dir, version, metadata, params))
+    const run = await execTask(scope, slot, mockPutTask(mockImage, dir, version, prepared.source, params))
     if (run.outcome !== "success") return run.outcome
   } else {
     const mounts: Record<string, string> = {}
@@ -229,11 +261,11 @@ async function fetch(
   const dir = posix.join("/tmp/build/get", artifactName)
   let version = fixed ?? resource.version
   let metadata: MetadataField[] = []
-  let image: string | undefined
+  let image: TaskImage | undefined
   if (impl.kind === "mock") {
     try {
       if (version === undefined && typeof params.version === "string") version = { version: params.version }
-      version ??= mockCheck(source, await deps.versions.latest(resource.name))
+      version ??= mockCheck(source, await deps.versions.latest(resource.name), impl.mirrored)
       if (version === undefined) {
         throw new SystemError(`resource "${resource.name}" has no version yet (no_initial_version); put one first`)
       }
@@ -244,7 +276,7 @@ async function fetch(
     } catch (error) {
       return stepError(scope, slot, error)
     }
-    if (mockMirrorsSelf(source, params)) image = deps.mockImage
+    if (mockMirrorsSelf(source, params)) image = mirroredImage(deps.mockImage, version)
   } else {
     let inSlot = slot
     try {
@@ -284,7 +316,7 @@ async function fetch(
     } catch (error) {
       return answerError(scope, inSlot, error)
     }
-    if (imageTypes.has(resource.type)) image = registryImage(source, version)
+    if (imageTypes.has(resource.type)) image = { ref: registryImage(source, version), env: {} }
   }
   const recorded = await record(scope, resource.name, version, metadata)
   if (recorded !== "success") return recorded

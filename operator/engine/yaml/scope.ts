@@ -2,7 +2,8 @@ import type { TaskStatus } from "../../../lib/core/status.ts"
 import type { Job, YamlPipeline, YamlValue } from "../../../lib/yaml/types.ts"
 import type { RunContext } from "../run-context.ts"
 import type { GrowingRedactor } from "./redaction.ts"
-import type { VarLookup } from "./vars.ts"
+import type { TaskImage } from "./registry-image.ts"
+import { substituteLocals, type VarLookup } from "./vars.ts"
 import type { Version, YamlDeps, YamlRun } from "./yaml-run.ts"
 
 /** How a step, a hook or a job ended, in Concourse's terms: failed, errored or aborted (stopped or interrupted). */
@@ -23,7 +24,7 @@ export type RunShared = {
 }
 
 /** An artifact of a job execution: a run volume, and the image it holds when a get fetched one. */
-export type Artifact = { readonly volume: string; readonly image?: string }
+export type Artifact = { readonly volume: string; readonly image?: TaskImage }
 
 /** One job execution: its task numbering and first error message. */
 export type JobState = {
@@ -60,10 +61,17 @@ export function lookupOf(scope: Scope): VarLookup {
 /** A task of the job: its path and where its new artifacts' volumes go. */
 export type TaskSlot = { readonly path: string; readonly n: number; readonly name: string }
 
-/** Takes the next task number of the job (n counts task executions from 1 in start order). */
+/**
+ * Takes the next task number of the job (n counts task executions from 1 in
+ * start order). The path and the task's name show the step's name with its across and load_var
+ * values written in, so each value of an across has a name of its own;
+ * unless that would show a value the run redacts (a load_var without reveal).
+ */
 export function nextTask(scope: Scope, kind: string, name: string): TaskSlot {
   const n = ++scope.state.taskCount
-  return { path: `jobs/${scope.state.job.name}/${n}/${kind}/${name}`, n, name }
+  const filled = substituteLocals(name, scope.locals)
+  const shown = scope.state.shared.redactor.redact(filled) === filled ? filled : name
+  return { path: `jobs/${scope.state.job.name}/${n}/${kind}/${shown}`, n, name: shown }
 }
 
 /** A new run volume for an artifact a task makes; unique per task execution, so jobs and iterations never share one. */

@@ -2,9 +2,11 @@ import { createHash } from "node:crypto"
 import { posix } from "node:path"
 import { SystemError } from "../../../lib/core/errors.ts"
 import { loadTaskConfigFile, validateTaskConfig } from "../../../lib/yaml/parse.ts"
-import type { ImageResource, TaskConfig, TaskStep, YamlMap, YamlValue } from "../../../lib/yaml/types.ts"
+import type { TaskConfig, TaskStep, YamlValue } from "../../../lib/yaml/types.ts"
 import { cacheVolumePrefix } from "../run-context.ts"
 import { readArtifactFile } from "./artifact-files.ts"
+import type { TaskImage } from "./registry-image.ts"
+import { imageResourceImage } from "./resource-steps.ts"
 import { artifactVolume, lookupOf, nextTask, type Outcome, type Scope, type TaskSlot } from "./scope.ts"
 import { buildDir, execTask, stepError } from "./task-exec.ts"
 import { interpolate, type VarLookup } from "./vars.ts"
@@ -54,7 +56,7 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
       if (!input.optional) missing.push(artifactName)
       continue
     }
-    mounts[posix.join(dir, input.path ?? input.name)] = artifact.volume
+    mounts[artifactPath(dir, input.path ?? input.name)] = artifact.volume
   }
   const inputMounts = new Map(Object.entries(mounts))
   if (missing.length > 0) {
@@ -66,7 +68,7 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
   const outputs = new Map<string, { volume: string }>()
   for (const output of config.outputs) {
     const artifactName = outputMapping[output.name] ?? output.name
-    const path = posix.join(dir, output.path ?? output.name)
+    const path = artifactPath(dir, output.path ?? output.name)
     // An output at an input's path starts with the input's content, as in
     // Concourse (task docs, "outputs"); inputs are mounted, not copied, so it
     // is the input's volume, changed in place.
@@ -78,12 +80,13 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
     mounts[posix.join(dir, cache.path)] =
       `${cacheVolumePrefix}${cacheKey(shared.run.pipelineId, scope.state.job.name, step.name, index)}`
   })
-  const env: Record<string, string> = {}
+  // The image's own env first: params override it, as in a container whose image sets env.
+  const env: Record<string, string> = { ...image.env }
   for (const [name, value] of Object.entries({ ...config.params, ...stepParams })) env[name] = envValue(value)
   const runDir = config.run.dir
   return {
     request: {
-      image,
+      image: image.ref,
       command: { path: config.run.path, args: config.run.args },
       env,
       mounts,
@@ -107,8 +110,7 @@ async function taskConfig(step: TaskStep, scope: Scope, slot: TaskSlot, lookup: 
   return validateTaskConfig(await interpolate(raw, { ...lookup, given: vars }, `task file ${file}`), file)
 }
 
-async function taskImage(step: TaskStep, config: TaskConfig, scope: Scope, lookup: VarLookup): Promise<string> {
-  const { mockImage } = scope.state.shared.deps
+async function taskImage(step: TaskStep, config: TaskConfig, scope: Scope, lookup: VarLookup): Promise<TaskImage> {
   if (step.image !== undefined) {
     const name = await interpolate(step.image, lookup, "image")
     const artifact = scope.artifacts.get(name)
@@ -120,30 +122,22 @@ async function taskImage(step: TaskStep, config: TaskConfig, scope: Scope, looku
     }
     return artifact.image
   }
-  if (config.imageResource !== undefined) return imageOf(config.imageResource, mockImage)
+  if (config.imageResource !== undefined) return imageResourceImage(scope, config.imageResource)
   const rootfs = config.rootfsUri
-  if (rootfs?.startsWith("docker:///")) return rootfs.slice("docker:///".length).replace(/#/, ":")
+  if (rootfs?.startsWith("docker:///")) return { ref: rootfs.slice("docker:///".length).replace(/#/, ":"), env: {} }
   throw new SystemError(
     `task "${step.name}" has no image; give its config image_resource: {type: registry-image, source: {repository: busybox}}`,
   )
 }
 
-/** The image reference an image_resource names; a mock one stands for the mock image. */
-export function imageOf(resource: ImageResource, mockImage: string): string {
-  if (resource.type === "mock") return mockImage
-  return registryImage(resource.source, resource.version)
-}
-
-/** `repository@digest` when the version pins one, else `repository:tag` (tag `latest` by default). */
-export function registryImage(source: YamlMap, version?: Readonly<Record<string, string>>): string {
-  const repository = source.repository
-  if (typeof repository !== "string" || repository === "") {
-    throw new SystemError("a registry-image source needs repository, for example repository: busybox")
-  }
-  const digest = version?.digest
-  if (digest !== undefined) return `${repository}@${digest}`
-  const tag = source.tag
-  return `${repository}:${typeof tag === "string" || typeof tag === "number" ? String(tag) : "latest"}`
+/**
+ * Where an input or output is mounted: relative to the working directory, an
+ * absolute path as it is ("Absolute paths are respected",
+ * concourse-ci.org/tasks.html, inputs and outputs). Caches stay relative, as
+ * Concourse's do.
+ */
+function artifactPath(dir: string, path: string): string {
+  return posix.resolve(dir, path)
 }
 
 /** Params become env: strings as they are, other values as JSON (Concourse does the same). */

@@ -45,12 +45,20 @@ describe("interpolate", () => {
         source: '((dummy:"my:path"."field.1"))',
         secret: '(("a.b"))',
         field: "((creds.user))",
-        local: '((.:cfg."with space"))',
+        local: "((.:cfg.tag))",
         deep: "((dummy:nested.deep))",
       },
       lookup(),
     )
-    expect(value).toEqual({ source: "one", secret: "dotted", field: "ci", local: "s", deep: { x: 1 } })
+    expect(value).toEqual({ source: "one", secret: "dotted", field: "ci", local: "v1.2.3", deep: { x: 1 } })
+  })
+
+  // concourse/concourse vars/interp.go matches a variable without spaces or
+  // punctuation other than - / . : @ and quotes: shell arithmetic and sed
+  // expressions that happen to hold (( and )) stay text.
+  it("leaves text that is not a variable as Concourse reads one", async () => {
+    const text = ["echo $((1 + 2))", "sed -e 's/START/((/' -e 's/END/))/'", '((.:cfg."with space"))']
+    expect(await interpolate(text, lookup())).toEqual(text)
   })
 
   it("names the undefined variable, why, and the key it was used at", async () => {

@@ -1,5 +1,6 @@
 import { SystemError } from "../../../lib/core/errors.ts"
 import type { SecretResolver } from "../../../lib/secrets/secret-resolver.ts"
+import { variableReference } from "../../../lib/yaml/checker.ts"
 import type { YamlMap, YamlValue } from "../../../lib/yaml/types.ts"
 import type { GrowingRedactor } from "./redaction.ts"
 
@@ -28,8 +29,8 @@ export type VarLookup = {
   readonly given?: YamlMap
 }
 
-const variablePattern = /\(\(([^()]*)\)\)/g
-const wholePattern = /^\(\(([^()]*)\)\)$/
+const variablePattern = new RegExp(String.raw`\(\((${variableReference})\)\)`, "gu")
+const wholePattern = new RegExp(String.raw`^\(\((${variableReference})\)\)$`, "u")
 
 /**
  * Replaces every ((variable)) in the strings of `value` (deeply, keys left
@@ -214,6 +215,21 @@ export function addLeaves(redactor: GrowingRedactor, value: YamlValue): void {
  * `fly set-pipeline --var` does.
  */
 export function substituteGiven(text: string, vars: YamlMap): string {
+  return substitute(text, (parsed) => (parsed.source === undefined ? vars[parsed.path] : undefined))
+}
+
+/**
+ * A step's name as its task path shows it: ((.:name)) of the scope's load_var
+ * and across values written in (`test-((.:os))` is `test-linux`), other
+ * variables left as written.
+ */
+export function substituteLocals(text: string, locals: ReadonlyMap<string, YamlValue>): string {
+  if (!text.includes("((")) return text
+  return substitute(text, (parsed) => (parsed.source === "." ? locals.get(parsed.path) : undefined))
+}
+
+/** Replaces each variable `pick` gives a value for (then its fields); leaves the others. */
+function substitute(text: string, pick: (parsed: VariableReference) => YamlValue | undefined): string {
   return text.replace(variablePattern, (whole, reference: string) => {
     let parsed: VariableReference
     try {
@@ -221,8 +237,7 @@ export function substituteGiven(text: string, vars: YamlMap): string {
     } catch {
       return whole
     }
-    if (parsed.source !== undefined) return whole
-    let value: YamlValue | undefined = vars[parsed.path]
+    let value = pick(parsed)
     for (const field of parsed.fields) {
       value =
         typeof value === "object" && value !== null && !Array.isArray(value) ? (value as YamlMap)[field] : undefined
