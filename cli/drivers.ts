@@ -2,6 +2,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { KubeConfig } from "@kubernetes/client-node"
 import type { HostEnvironment } from "../lib/config/flags.ts"
+import type { TaskVolumeSettings } from "../lib/config/operator.ts"
 import { badRequest } from "../lib/core/errors.ts"
 import { registry } from "../lib/core/registry.ts"
 import type { DriverFactory } from "../operator/drivers/driver.ts"
@@ -13,7 +14,12 @@ export type DriverEntry = {
   load(host: Pick<HostEnvironment, "dockerHost" | "path">, kube?: KubeTarget): Promise<DriverFactory>
 }
 
-export type KubeTarget = { readonly kubeConfig: KubeConfig; readonly namespace: string }
+export type KubeTarget = {
+  readonly kubeConfig: KubeConfig
+  readonly namespace: string
+  /** `--task-volume-*`: the claims of a run's volumes and caches. */
+  readonly taskVolumes: TaskVolumeSettings
+}
 
 /** The composition point that names every driver. */
 export const drivers = registry<DriverEntry>("driver", [
@@ -39,10 +45,11 @@ export const drivers = registry<DriverEntry>("driver", [
         )
       }
       return (await import("../operator/drivers/kubernetes/kubernetes-driver.ts")).kubernetesDriverFactory({
-        ...kube,
-        // Claims of the cluster's default StorageClass, each run's Pods on one node (ReadWriteOnce works everywhere).
-        volumeSize: "1Gi",
-        accessMode: "ReadWriteOnce",
+        kubeConfig: kube.kubeConfig,
+        namespace: kube.namespace,
+        storageClass: kube.taskVolumes.storageClass,
+        volumeSize: kube.taskVolumes.size,
+        accessMode: kube.taskVolumes.accessMode,
         unschedulableTimeoutMs: 5 * 60_000,
       })
     },

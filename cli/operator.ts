@@ -54,7 +54,13 @@ export function startConfiguredOperator(
         ? { image: settings.schedules.image, serviceAccount: settings.schedules.serviceAccount }
         : undefined,
     drivers: async (name, config) =>
-      (await drivers.get(name).load(settings.host, { kubeConfig, namespace: settings.namespace })).create(config),
+      (
+        await drivers.get(name).load(settings.host, {
+          kubeConfig,
+          namespace: settings.namespace,
+          taskVolumes: settings.taskVolumes,
+        })
+      ).create(config),
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,
     maxInFlight: settings.maxInFlight,
