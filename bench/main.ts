@@ -20,6 +20,7 @@ import { runInSandbox } from "../operator/engine/sandbox/sandbox.ts"
 import { runApiBench } from "./api.ts"
 import { benchCel } from "./cel.ts"
 import { rawTask } from "./docker-floor.ts"
+import { withKubernetesDriver } from "./kubernetes.ts"
 import { runMcpBench } from "./mcp.ts"
 import { median } from "./median.ts"
 import { runOperatorBench } from "./operator.ts"
@@ -49,6 +50,7 @@ function taskScript(count: number, parallel: boolean): string {
 }
 
 async function engineRun(driver: Driver, store: LogStore, source: string): Promise<void> {
+  const driverName = driver.name
   const result = await runScript(
     {
       runId: `bench-${process.pid}-${++runs}`,
@@ -61,7 +63,7 @@ async function engineRun(driver: Driver, store: LogStore, source: string): Promi
     },
     {
       driver,
-      driverName: "docker",
+      driverName,
       store,
       secrets: staticSecrets({}),
       observer: quietObserver,
@@ -72,7 +74,7 @@ async function engineRun(driver: Driver, store: LogStore, source: string): Promi
   if (result.status !== "success") throw new Error(`bench run ended ${result.status}: ${result.message}`)
 }
 
-async function taskOverhead(docker: Docker, driver: Driver, store: LogStore) {
+async function taskOverhead(docker: Docker, driver: Driver, store: LogStore, label = "") {
   const sequential = taskScript(20, false)
   const parallel = taskScript(8, true)
   const seq = { runnel: [] as number[], raw: [] as number[] }
@@ -91,14 +93,14 @@ async function taskOverhead(docker: Docker, driver: Driver, store: LogStore) {
   const s = { runnel: median(seq.runnel), raw: median(seq.raw) }
   const p = { runnel: median(par.runnel), raw: median(par.raw) }
   line(
-    "per-task overhead",
+    `${label}per-task overhead`,
     `${s.runnel.toFixed(1)} ms/task`,
     `${s.raw.toFixed(1)} ms/task`,
     `${(s.runnel / s.raw).toFixed(3)}`,
     "≤ 1.10",
   )
   line(
-    "parallel (8 tasks)",
+    `${label}parallel (8 tasks)`,
     `${p.runnel.toFixed(0)} ms`,
     `${p.raw.toFixed(0)} ms`,
     `${(p.runnel / p.raw).toFixed(3)}`,
@@ -181,6 +183,12 @@ type Shared = { docker: Docker; driver: Driver; store: LogStore }
 const sections = registry<{ name: string; docker: boolean; run(shared: Shared): unknown }>("bench section", [
   { name: "sandbox", docker: false, run: () => sandboxStart() },
   { name: "tasks", docker: true, run: ({ docker, driver, store }) => taskOverhead(docker, driver, store) },
+  // The kubernetes driver on the embedded API, whose Pods run in Docker, against the same raw Docker cycles.
+  {
+    name: "kubernetes-tasks",
+    docker: true,
+    run: ({ docker, store }) => withKubernetesDriver((driver) => taskOverhead(docker, driver, store, "k8s ")),
+  },
   { name: "logs", docker: true, run: () => logThroughput() },
   { name: "yaml", docker: true, run: ({ driver, store }) => runYamlBench(line, driver, store, reps) },
   { name: "operator", docker: false, run: () => runOperatorBench(line) },

@@ -53,7 +53,14 @@ export function startConfiguredOperator(
       settings.schedules.mode === "cronjob"
         ? { image: settings.schedules.image, serviceAccount: settings.schedules.serviceAccount }
         : undefined,
-    drivers: async (name, config) => (await drivers.get(name).load(settings.host)).create(config),
+    drivers: async (name, config) =>
+      (
+        await drivers.get(name).load(settings.host, {
+          kubeConfig,
+          namespace: settings.namespace,
+          taskVolumes: settings.taskVolumes,
+        })
+      ).create(config),
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,
     maxInFlight: settings.maxInFlight,

@@ -82,6 +82,8 @@ export async function server(settings: ServerSettings): Promise<void> {
         prefix: embeddedPrefix,
         authenticate: access,
         authorAnnotation: changedByAnnotation,
+        // Its Pods (the kubernetes driver's tasks) run on the daemon the docker driver uses.
+        ...(settings.host.dockerHost === undefined ? {} : { dockerHost: settings.host.dockerHost }),
       })
     }
     const address = await listen(front.http, settings.http.port, settings.http.host)

@@ -6,7 +6,7 @@ import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
 import type { EmbeddedApi, EmbeddedApiOptions } from "./embedded-api.ts"
 import { createEmbeddedApi } from "./embedded-api.ts"
-import { loadCrds } from "./resource-types.ts"
+import { loadCrds, podType } from "./resource-types.ts"
 
 /** The CRDs the tests use, a stand-in for crds/ with the shapes the tests rely on. */
 export const testCrds = loadCrds(join(import.meta.dirname, "testdata"))
@@ -45,6 +45,11 @@ export async function startEmbeddedApi(options: Partial<EmbeddedApiOptions> = {}
     kubeConfig,
     dir,
     async close() {
+      // Pods a test left are deleted at once, so that no container outlives the test.
+      for (const pod of api.resources.list(podType, undefined).items) {
+        api.resources.delete(podType, pod.metadata.namespace, pod.metadata.name ?? "", { gracePeriodSeconds: 0 })
+      }
+      await api.settled() // deleted Pods' containers removed from Docker
       api.close()
       http.closeAllConnections()
       await new Promise<void>((resolve) => http.close(() => resolve()))

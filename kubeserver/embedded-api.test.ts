@@ -1,7 +1,8 @@
 import { join } from "node:path"
 import { CustomObjectsApi } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { kubeApiContract, refusal } from "../lib/kube/kube-api-contract.fixture.ts"
+import { kubeApiContract, kubePodContract, refusal } from "../lib/kube/kube-api-contract.fixture.ts"
+import { describeDocker, dockerHost } from "../test/docker.ts"
 import type { RunningApi } from "./embedded-api.fixture.ts"
 import { startEmbeddedApi } from "./embedded-api.fixture.ts"
 import { loadCrds } from "./resource-types.ts"
@@ -11,6 +12,13 @@ const runnelCrds = loadCrds(join(import.meta.dirname, "..", "crds"))
 kubeApiContract("the embedded", async () => {
   const running = await startEmbeddedApi({ crds: runnelCrds })
   return { kubeConfig: running.kubeConfig, settled: () => running.api.settled(), close: () => running.close() }
+})
+
+describeDocker("Pods in Docker", () => {
+  kubePodContract("the embedded", async () => {
+    const running = await startEmbeddedApi({ crds: runnelCrds, dockerHost })
+    return { kubeConfig: running.kubeConfig, settled: () => running.api.settled(), close: () => running.close() }
+  })
 })
 
 describe("the embedded API beyond the shared contract", () => {

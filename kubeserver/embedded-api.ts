@@ -1,6 +1,8 @@
 import type { IncomingMessage, ServerResponse } from "node:http"
+import { hostname } from "node:os"
 import type { DatabaseSync } from "node:sqlite"
 import { parse as parseYaml } from "yaml"
+import { DockerHost, defaultDockerSocket } from "../lib/containers/docker-host.ts"
 import {
   apiGroup,
   apiGroupList,
@@ -23,12 +25,21 @@ import {
   unauthorized,
   unsupportedMediaType,
 } from "./kube-status.ts"
+import { Kubelet } from "./kubelet.ts"
 import { SqliteObjectStore } from "./object-store.ts"
 import { decodeProtobuf, ProtobufError, protobufMediaType } from "./protobuf.ts"
 import type { DeleteOptions, FieldValidation, KubeList, WatchEvent, WriteOptions } from "./resource-api.ts"
 import { patchContentTypes, ResourceApi } from "./resource-api.ts"
 import type { CustomResourceDefinition, ResourceType } from "./resource-types.ts"
-import { cronJobType, namespaceType, ResourceTypes, resourceTypesFromCrds, secretType } from "./resource-types.ts"
+import {
+  cronJobType,
+  namespaceType,
+  persistentVolumeClaimType,
+  podType,
+  ResourceTypes,
+  resourceTypesFromCrds,
+  secretType,
+} from "./resource-types.ts"
 import { isObject } from "./schema.ts"
 import type { IncludeObject } from "./table.ts"
 import { toTable } from "./table.ts"
@@ -70,6 +81,8 @@ export type EmbeddedApiOptions = {
    * `<db>.key` beside the database (created, random, mode 0600, when missing); a random key for ":memory:".
    */
   readonly secretKey?: Uint8Array
+  /** The Docker daemon Pods run on (a socket path, unix://, tcp:// or http://); the default socket when absent. */
+  readonly dockerHost?: string
 }
 
 /**
@@ -84,14 +97,21 @@ export type EmbeddedApi = {
   handle(req: IncomingMessage, res: ServerResponse): boolean
   readonly prefix: string
   readonly resources: ResourceApi
-  /** Resolves when the garbage collector has nothing left to do (cascading deletions done). */
+  /** Resolves when the garbage collector has nothing left to do (cascading deletions done) and deleted Pods' containers are gone. */
   settled(): Promise<void>
   close(): void
 }
 
 export function createEmbeddedApi(options: EmbeddedApiOptions): EmbeddedApi {
   const prefix = (options.prefix ?? "/k8s").replace(/\/+$/, "")
-  const types = new ResourceTypes([namespaceType, secretType, cronJobType, ...resourceTypesFromCrds(options.crds)])
+  const types = new ResourceTypes([
+    namespaceType,
+    secretType,
+    podType,
+    persistentVolumeClaimType,
+    cronJobType,
+    ...resourceTypesFromCrds(options.crds),
+  ])
   const store = new SqliteObjectStore({
     db: options.db,
     historyLimit: options.historyLimit,
@@ -104,15 +124,20 @@ export function createEmbeddedApi(options: EmbeddedApiOptions): EmbeddedApi {
     authorAnnotation: options.authorAnnotation,
   })
   const collector = new GarbageCollector(resources)
+  const docker = new DockerHost(options.dockerHost ?? defaultDockerSocket, "start Docker to run Pods")
+  const kubelet = new Kubelet(resources, docker, hostname().toLowerCase())
   const maxBodyBytes = options.maxBodyBytes ?? 3 * 1024 * 1024
   const watches = new Set<() => void>()
   let closed = false
 
-  const context: Context = { prefix, types, resources, maxBodyBytes, watches }
+  const context: Context = { prefix, types, resources, maxBodyBytes, watches, kubelet }
   return {
     prefix,
     resources,
-    settled: () => collector.idle(),
+    settled: async () => {
+      await collector.idle()
+      await kubelet.idle()
+    },
     handle(req, res) {
       const path = (req.url ?? "/").split("?")[0] ?? "/"
       if (path !== prefix && !path.startsWith(`${prefix}/`)) return false
@@ -144,6 +169,7 @@ export function createEmbeddedApi(options: EmbeddedApiOptions): EmbeddedApi {
       if (closed) return
       closed = true
       for (const stop of [...watches]) stop()
+      kubelet.close()
       collector.close()
       store.close()
     },
@@ -156,6 +182,7 @@ type Context = {
   resources: ResourceApi
   maxBodyBytes: number
   watches: Set<() => void>
+  kubelet: Kubelet
 }
 
 function send(res: ServerResponse, code: number, body: unknown, headers: Record<string, string | string[]> = {}) {
@@ -245,7 +272,11 @@ function target(types: ResourceTypes, apiVersion: string, segments: string[]): T
   const type = types.byPath(apiVersion, plural ?? "")
   if (type === undefined || extra.length > 0) throw pathNotFound()
   if (namespace !== undefined && !type.namespaced) throw pathNotFound()
-  if (subresource !== undefined && !(subresource === "status" && type.statusSubresource)) throw pathNotFound()
+  const served =
+    subresource === undefined ||
+    (subresource === "status" && type.statusSubresource) ||
+    (subresource === "log" && type === podType)
+  if (!served) throw pathNotFound()
   if (type.namespaced && name !== undefined && namespace === undefined) throw pathNotFound()
   return { type, namespace, name, subresource }
 }
@@ -309,6 +340,10 @@ async function serveResource(
     throw methodNotAllowed()
   }
 
+  if (subresource === "log") {
+    if (method !== "GET") throw methodNotAllowed()
+    return context.kubelet.serveLogs(namespace ?? "", name, query, res)
+  }
   const status = subresource === "status" ? "status" : undefined
   if (method === "GET") {
     const object = resources.get(type, namespace, name)
@@ -404,8 +439,10 @@ async function deleteOptions(context: Context, req: IncomingMessage, query: URLS
   const body = await readBody(context, req, "optional")
   const given = isObject(body) ? (body as DeleteOptions) : {}
   const orphan = query.get("orphanDependents")
+  const grace = query.get("gracePeriodSeconds")
   return {
     ...given,
+    gracePeriodSeconds: grace === null ? given.gracePeriodSeconds : Number(grace),
     propagationPolicy: query.get("propagationPolicy") ?? given.propagationPolicy,
     orphanDependents: orphan === null ? given.orphanDependents : orphan === "true",
     dryRun: query.getAll("dryRun").includes("All") || (Array.isArray(given.dryRun) && given.dryRun.includes("All")),

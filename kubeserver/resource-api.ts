@@ -20,7 +20,7 @@ import type { ObjectStore, StoredEvent } from "./object-store.ts"
 import { VersionExpiredError } from "./object-store.ts"
 import { jsonPatch, mergePatch, PatchError, strategicMergePatch } from "./patches.ts"
 import type { ResourceType, ResourceTypes } from "./resource-types.ts"
-import { namespaceType, secretType, storageResource } from "./resource-types.ts"
+import { namespaceType, persistentVolumeClaimType, podType, secretType, storageResource } from "./resource-types.ts"
 import type { JsonObject, JsonSchema } from "./schema.ts"
 import { applyDefaults, canonical, deepEqual, isObject, pruneUnknownFields, validateSchema } from "./schema.ts"
 import type { FieldSelector, LabelSelector } from "./selectors.ts"
@@ -62,6 +62,8 @@ export type DeleteOptions = {
   readonly orphanDependents?: boolean
   readonly preconditions?: { readonly uid?: string; readonly resourceVersion?: string }
   readonly dryRun?: boolean
+  /** Pods only: how long the kubelet lets the containers stop; the Pod's terminationGracePeriodSeconds when absent. */
+  readonly gracePeriodSeconds?: number
 }
 
 export type PatchType = "json" | "merge" | "strategic" | "apply"
@@ -225,6 +227,8 @@ export class ResourceApi {
     else delete meta.generation
     if (type.statusSubresource && type.custom) delete object.status
     if (type === namespaceType) object.status = { phase: "Active" }
+    // As Kubernetes' strategies: a new Pod or claim is Pending whatever status it was sent with.
+    if (type === podType || type === persistentVolumeClaimType) object.status = { phase: "Pending" }
     if (type === secretType) normaliseSecret(object)
     applyDefaults(object, type.schema)
     this.#validate(type, object, undefined)
@@ -349,6 +353,11 @@ export class ResourceApi {
       })
       return { object: this.store.update(resource, terminating), deleted: false }
     }
+    if (type === podType) {
+      const grace = podGracePeriod(old, options)
+      if (grace > 0) return { object: this.#deleteGracefully(old, finalizers, grace), deleted: false }
+      if (finalizers.length === 0) return { object: this.store.remove(resource, old), deleted: true }
+    }
     if (old.metadata.deletionTimestamp !== undefined) {
       if (deepEqual(finalizers, old.metadata.finalizers ?? [])) return { object: old, deleted: false }
       return { object: this.store.update(resource, canonical(withFinalizers(old, finalizers))), deleted: false }
@@ -360,6 +369,21 @@ export class ResourceApi {
       return { object: this.store.update(resource, canonical(pending)), deleted: false }
     }
     return { object: this.store.remove(resource, old), deleted: true }
+  }
+
+  /**
+   * A running Pod is not removed at once: it gets `deletionTimestamp` (now plus the grace period) and
+   * `deletionGracePeriodSeconds`, the kubelet stops its containers within that time and then deletes it
+   * with a grace period of 0. A second delete may shorten the grace period, never lengthen it.
+   */
+  #deleteGracefully(old: KubeObject, finalizers: string[], grace: number): KubeObject {
+    const current = old.metadata.deletionGracePeriodSeconds
+    if (current !== undefined && current <= grace && deepEqual(finalizers, old.metadata.finalizers ?? [])) return old
+    const pending = withFinalizers(old, finalizers)
+    const seconds = current === undefined ? grace : Math.min(current, grace)
+    pending.metadata.deletionGracePeriodSeconds = seconds
+    pending.metadata.deletionTimestamp = timestamp(new Date(this.#now().getTime() + seconds * 1000))
+    return this.store.update(storageResource(podType), canonical(pending))
   }
 
   /** DELETE on a collection: deletes every object the query selects; answers with the list of them as they were. */
@@ -705,7 +729,23 @@ function selectableFields(type: ResourceType): string[] {
   if (type.namespaced) fields.push("metadata.namespace")
   if (type === secretType) fields.push("type")
   if (type === namespaceType) fields.push("status.phase")
+  if (type === podType) fields.push("spec.nodeName", "spec.restartPolicy", "status.phase")
   return fields
+}
+
+/**
+ * The grace period a Pod's deletion gets: the one asked for, else the Pod's own. A Pod no node runs
+ * (never scheduled, or finished) has no containers to stop, so it goes at once, as in Kubernetes.
+ */
+function podGracePeriod(pod: KubeObject, options: DeleteOptions): number {
+  const spec = isObject(pod.spec) ? pod.spec : {}
+  const phase = isObject(pod.status) ? pod.status.phase : undefined
+  if (typeof spec.nodeName !== "string" || spec.nodeName === "") return 0
+  if (phase === "Succeeded" || phase === "Failed") return 0
+  const asked = options.gracePeriodSeconds
+  if (typeof asked === "number" && Number.isFinite(asked)) return Math.max(0, Math.floor(asked))
+  const own = spec.terminationGracePeriodSeconds
+  return typeof own === "number" ? own : 30
 }
 
 function matches(type: ResourceType, object: KubeObject, labels: LabelSelector, fields: FieldSelector): boolean {
@@ -715,6 +755,12 @@ function matches(type: ResourceType, object: KubeObject, labels: LabelSelector, 
   if (type.namespaced) values["metadata.namespace"] = object.metadata.namespace ?? ""
   if (type === secretType) values.type = String(object.type ?? "")
   if (type === namespaceType && isObject(object.status)) values["status.phase"] = String(object.status.phase ?? "")
+  if (type === podType) {
+    const spec = isObject(object.spec) ? object.spec : {}
+    values["spec.nodeName"] = String(spec.nodeName ?? "")
+    values["spec.restartPolicy"] = String(spec.restartPolicy ?? "")
+    values["status.phase"] = String((isObject(object.status) ? object.status.phase : undefined) ?? "")
+  }
   return fieldsMatch(fields, values)
 }
 

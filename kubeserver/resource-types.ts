@@ -133,6 +133,13 @@ export function resourceTypesFromCrds(crds: readonly CustomResourceDefinition[])
 
 const stringMap: JsonSchema = { type: "object", additionalProperties: { type: "string" } }
 
+/** The fields every object of a built-in kind has besides its own. */
+const typeMeta: Record<string, JsonSchema> = {
+  apiVersion: { type: "string" },
+  kind: { type: "string" },
+  metadata: { type: "object" },
+}
+
 /** Core v1 Secret, as far as runnel uses it: data, stringData, type, immutable. */
 export const secretType: ResourceType = {
   group: "",
@@ -150,9 +157,7 @@ export const secretType: ResourceType = {
   schema: {
     type: "object",
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       data: { type: "object", additionalProperties: { type: "string", format: "byte" } },
       stringData: stringMap,
       type: { type: "string" },
@@ -183,9 +188,7 @@ export const namespaceType: ResourceType = {
   schema: {
     type: "object",
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       spec: { type: "object", properties: { finalizers: { type: "array", items: { type: "string" } } } },
       status: { type: "object", properties: { phase: { type: "string", enum: ["Active", "Terminating"] } } },
     },
@@ -216,9 +219,7 @@ export const cronJobType: ResourceType = {
     type: "object",
     required: ["spec"],
     properties: {
-      apiVersion: { type: "string" },
-      kind: { type: "string" },
-      metadata: { type: "object" },
+      ...typeMeta,
       spec: {
         type: "object",
         required: ["schedule", "jobTemplate"],
@@ -284,3 +285,121 @@ export class ResourceTypes {
 
 /** A key under which the store keeps every kind apart: `runnel.dev/pipelines`, `/secrets`. */
 export const storageResource = (type: ResourceType) => `${type.group}/${type.plural}`
+
+const container: JsonSchema = {
+  type: "object",
+  required: ["name", "image"],
+  "x-kubernetes-preserve-unknown-fields": true,
+  properties: {
+    name: { type: "string", minLength: 1 },
+    image: { type: "string", minLength: 1 },
+    command: { type: "array", items: { type: "string" } },
+    args: { type: "array", items: { type: "string" } },
+    workingDir: { type: "string" },
+  },
+}
+
+/**
+ * core/v1 Pod: what the embedded kubelet (kubelet.ts) runs in Docker. The spec
+ * keeps every field it is given (only what the kubelet reads is checked); the
+ * status is the kubelet's, through the status subresource.
+ */
+export const podType: ResourceType = {
+  group: "",
+  version: "v1",
+  apiVersion: "v1",
+  kind: "Pod",
+  listKind: "PodList",
+  plural: "pods",
+  singular: "pod",
+  shortNames: ["po"],
+  categories: ["all"],
+  namespaced: true,
+  custom: false,
+  statusSubresource: true,
+  schema: {
+    type: "object",
+    required: ["spec"],
+    properties: {
+      ...typeMeta,
+      spec: {
+        type: "object",
+        required: ["containers"],
+        "x-kubernetes-preserve-unknown-fields": true,
+        properties: {
+          containers: { type: "array", minItems: 1, items: container },
+          restartPolicy: { type: "string", enum: ["Always", "OnFailure", "Never"], default: "Always" },
+          terminationGracePeriodSeconds: { type: "integer", minimum: 0, default: 30 },
+          nodeName: { type: "string" },
+          schedulerName: { type: "string", default: "default-scheduler" },
+        },
+      },
+      status: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+    },
+  },
+  // Computed as kubectl's own printer does (table.ts): READY, STATUS and RESTARTS are not plain paths.
+  printerColumns: [
+    { name: "Ready", type: "string", priority: 0, jsonPath: ".status.containerStatuses" },
+    { name: "Status", type: "string", priority: 0, jsonPath: ".status.phase" },
+    { name: "Restarts", type: "integer", priority: 0, jsonPath: ".status.containerStatuses" },
+    ageColumn,
+    { name: "IP", type: "string", priority: 1, jsonPath: ".status.podIP" },
+    { name: "Node", type: "string", priority: 1, jsonPath: ".spec.nodeName" },
+  ],
+}
+
+/** core/v1 PersistentVolumeClaim: a Docker volume on the embedded node, Bound once created. */
+export const persistentVolumeClaimType: ResourceType = {
+  group: "",
+  version: "v1",
+  apiVersion: "v1",
+  kind: "PersistentVolumeClaim",
+  listKind: "PersistentVolumeClaimList",
+  plural: "persistentvolumeclaims",
+  singular: "persistentvolumeclaim",
+  shortNames: ["pvc"],
+  categories: [],
+  namespaced: true,
+  custom: false,
+  statusSubresource: true,
+  schema: {
+    type: "object",
+    required: ["spec"],
+    properties: {
+      ...typeMeta,
+      spec: {
+        type: "object",
+        required: ["accessModes", "resources"],
+        "x-kubernetes-preserve-unknown-fields": true,
+        properties: {
+          accessModes: {
+            type: "array",
+            minItems: 1,
+            items: { type: "string", enum: ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"] },
+          },
+          storageClassName: { type: "string" },
+          volumeMode: { type: "string", enum: ["Filesystem", "Block"], default: "Filesystem" },
+          resources: {
+            type: "object",
+            required: ["requests"],
+            properties: {
+              requests: {
+                type: "object",
+                required: ["storage"],
+                properties: { storage: { "x-kubernetes-int-or-string": true } },
+              },
+            },
+          },
+        },
+      },
+      status: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+    },
+  },
+  printerColumns: [
+    { name: "Status", type: "string", priority: 0, jsonPath: ".status.phase" },
+    { name: "Capacity", type: "string", priority: 0, jsonPath: ".status.capacity.storage" },
+    { name: "Access Modes", type: "string", priority: 0, jsonPath: ".status.accessModes" },
+    { name: "StorageClass", type: "string", priority: 0, jsonPath: ".spec.storageClassName" },
+    ageColumn,
+  ],
+}

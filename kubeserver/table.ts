@@ -1,7 +1,7 @@
 import type { KubeObject } from "./object-meta.ts"
 import type { KubeList } from "./resource-api.ts"
 import type { PrinterColumn, ResourceType } from "./resource-types.ts"
-import { secretType } from "./resource-types.ts"
+import { podType, secretType } from "./resource-types.ts"
 import { isObject } from "./schema.ts"
 
 /**
@@ -50,6 +50,10 @@ function rowObject(object: KubeObject, include: IncludeObject) {
 
 function cell(type: ResourceType, column: PrinterColumn, object: KubeObject, now: Date): unknown {
   if (type === secretType && column.name === "Data") return isObject(object.data) ? Object.keys(object.data).length : 0
+  if (type === podType && column.name !== "Age" && column.jsonPath === ".status.containerStatuses") {
+    return podCell(column.name, object)
+  }
+  if (type === podType && column.name === "Status") return podStatus(object)
   let values: unknown[]
   try {
     values = evaluateJsonPath(column.jsonPath, object)
@@ -161,4 +165,29 @@ function select(node: unknown, inside: string, path: string): unknown[] {
     })
   }
   throw new Error(`unsupported JSONPath expression [${inside}] in ${path}`)
+}
+
+type ContainerStatus = { ready?: boolean; restartCount?: number; state?: Record<string, { reason?: string }> }
+
+/** READY (ready/all) and RESTARTS, as kubectl's own Pod printer shows them. */
+function podCell(name: string, pod: KubeObject): string | number {
+  const statuses = (
+    isObject(pod.status) && Array.isArray(pod.status.containerStatuses) ? pod.status.containerStatuses : []
+  ) as ContainerStatus[]
+  const containers = isObject(pod.spec) && Array.isArray(pod.spec.containers) ? pod.spec.containers.length : 0
+  if (name === "Ready") return `${statuses.filter((status) => status.ready === true).length}/${containers}`
+  return statuses.reduce((sum, status) => sum + (status.restartCount ?? 0), 0)
+}
+
+/** STATUS as kubectl prints it: a waiting or terminated container's reason, Terminating, else the phase. */
+function podStatus(pod: KubeObject): string {
+  const status = isObject(pod.status) ? pod.status : {}
+  let shown = String(status.phase ?? "Pending")
+  const statuses = (Array.isArray(status.containerStatuses) ? status.containerStatuses : []) as ContainerStatus[]
+  for (const container of statuses) {
+    const reason = container.state?.waiting?.reason ?? container.state?.terminated?.reason
+    if (reason !== undefined && reason !== "" && container.state?.running === undefined) shown = reason
+  }
+  if (pod.metadata.deletionTimestamp !== undefined) shown = "Terminating"
+  return shown
 }

@@ -220,7 +220,7 @@ describe("the REST API of runnel server", () => {
     const answer = await api("PUT", "/api/pipelines/odd-driver", { content: "x", driver: "podman" })
     expect(answer).toMatchObject({
       status: 400,
-      body: { error: 'driver "podman" is not allowed on this server; allowed: docker, native' },
+      body: { error: 'driver "podman" is not allowed on this server; allowed: docker, native, kubernetes' },
     })
   })
 
@@ -347,7 +347,7 @@ describe("the REST API of runnel server", () => {
     expect((await api("GET", "/api/features")).body).toEqual({
       features: ["webhooks", "secrets", "notifications", "fetch"],
     })
-    expect((await api("GET", "/api/drivers")).body).toEqual({ drivers: ["docker", "native"] })
+    expect((await api("GET", "/api/drivers")).body).toEqual({ drivers: ["docker", "native", "kubernetes"] })
   })
 })
 

@@ -30,7 +30,9 @@ import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"`,
   "apiserver/app.ts": `import Koa from "koa"\nimport type { Status } from "../lib/core/status.ts"`,
   "operator/run.ts": `import type { Driver } from "./drivers/driver.ts"\nimport { seal } from "../lib/secrets/sealed.ts"`,
   "operator/drivers/driver.ts": `export interface Driver {}`,
-  "operator/drivers/docker/docker-driver.ts": `import Docker from "dockerode"\nimport type { Driver } from "../driver.ts"`,
+  "operator/drivers/docker/docker-driver.ts": `import { DockerHost } from "../../../lib/containers/docker-host.ts"\nimport type { Driver } from "../driver.ts"`,
+  "lib/containers/docker-host.ts": `import Docker from "dockerode"\nimport { SystemError } from "../core/errors.ts"`,
+  "lib/core/errors.ts": `export class SystemError extends Error {}`,
   "lib/core/status.ts": `export type Status = "success"`,
   "lib/secrets/sealed.ts": `import { seal } from "../crypto/sealer.ts"`,
   "lib/crypto/sealer.ts": `export const seal = 1`,
@@ -103,6 +105,18 @@ describe("the module map", () => {
       "direction: kubeserver/embedded-api.ts -> lib/core/status.ts",
     ],
     [
+      "the container module importing runnel's domain",
+      "lib/containers/docker-host.ts",
+      `import type { Status } from "../logs/sqlite-log-store.ts"`,
+      "direction: lib/containers/docker-host.ts -> lib/logs/sqlite-log-store.ts",
+    ],
+    [
+      "a driver importing a lib module other than core and containers",
+      "operator/drivers/docker/docker-driver.ts",
+      `import { open } from "../../../lib/logs/sqlite-log-store.ts"`,
+      "direction: operator/drivers/docker/docker-driver.ts -> lib/logs/sqlite-log-store.ts",
+    ],
+    [
       "a driver importing the engine",
       "operator/drivers/docker/docker-driver.ts",
       `import { run } from "../../run.ts"`,
@@ -156,7 +170,7 @@ import { openStore } from "../lib/logs/sqlite-log-store.ts"`,
 
   it("fails on a package outside its place, bare specifiers included", () => {
     expect(check({ "lib/core/status.ts": `import Docker from "dockerode"` }).join("\n")).toContain(
-      "package: lib/core/status.ts imports dockerode, which belongs only in operator/drivers/docker/",
+      "package: lib/core/status.ts imports dockerode, which belongs only in lib/containers/",
     )
     expect(check({ "cli/main.ts": `${base["cli/main.ts"]}\nimport ivm from "isolated-vm"` }).join("\n")).toContain(
       "package: cli/main.ts imports isolated-vm",

@@ -50,7 +50,7 @@ describe("runnel runner on bad input", () => {
     const file = pipelineFile("ok.ts", "export const pipeline = async () => {}\n")
     const result = await runnel(["runner", file, "--driver", "podman"])
     expect(result.code).toBe(2)
-    expect(result.stderr).toBe('runnel: unknown driver "podman"; known: docker, native\n')
+    expect(result.stderr).toBe('runnel: unknown driver "podman"; known: docker, native, kubernetes\n')
   })
 
   it("fails the run at once on a missing secret, naming the key", async () => {

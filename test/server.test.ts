@@ -164,7 +164,7 @@ describe("runnel server", () => {
     })
     const code = await new Promise((resolve) => child.on("exit", resolve))
     expect(code).toBe(2)
-    expect(stderr).toBe('runnel: unknown driver "podman"; known: docker, native\n')
+    expect(stderr).toBe('runnel: unknown driver "podman"; known: docker, native, kubernetes\n')
   })
 
   it.skipIf(!kubectlAvailable)(

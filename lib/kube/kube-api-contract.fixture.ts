@@ -1,4 +1,11 @@
-import type { KubeConfig, KubernetesObject, V1CronJob, V1OwnerReference } from "@kubernetes/client-node"
+import type {
+  KubeConfig,
+  KubernetesObject,
+  V1Container,
+  V1CronJob,
+  V1OwnerReference,
+  V1Pod,
+} from "@kubernetes/client-node"
 import {
   ApiException,
   BatchV1Api,
@@ -711,6 +718,298 @@ export function kubeApiContract(name: string, open: () => Promise<KubeApiUnderTe
         expect((await core.readNamespace({ name: "default" })).status?.phase).toBe("Active")
         expect((await refusal(core.deleteNamespace({ name: "default" }))).code).toBe(403)
       })
+    })
+  })
+}
+
+export type PodContractOptions = {
+  /** An image with `sh`, `echo`, `sleep` and `cat` that the cluster can run; `busybox` by default. */
+  readonly image?: string
+}
+
+/**
+ * core/v1 Pods as the Kubernetes API reference describes them and a kubelet
+ * reports them: status phases and container states, pods/log, graceful
+ * deletion, selectors, secrets as env and files, emptyDir and claims, and
+ * owner references. Needs a node that can run `image`; waits by polling, so
+ * it holds for a real cluster's scheduler and kubelet too.
+ */
+export function kubePodContract(name: string, open: () => Promise<KubeApiUnderTest>, options: PodContractOptions = {}) {
+  const image = options.image ?? "busybox"
+  describe(`${name} Kubernetes API's Pods`, () => {
+    let api: KubeApiUnderTest
+    let core: CoreV1Api
+    let objects: CustomObjectsApi
+    const namespace = `runnel-pods-${Date.now().toString(36)}`
+
+    beforeAll(async () => {
+      api = await open()
+      core = api.kubeConfig.makeApiClient(CoreV1Api)
+      objects = api.kubeConfig.makeApiClient(CustomObjectsApi)
+      await core.createNamespace({ body: { metadata: { name: namespace } } })
+    })
+    afterAll(async () => {
+      await core?.deleteNamespace({ name: namespace }).catch(() => undefined)
+      await api?.close()
+    })
+
+    const pod = (podName: string, script: string, more: Partial<V1Pod["spec"]> = {}, labels = {}): V1Pod => ({
+      metadata: { name: podName, labels },
+      spec: {
+        restartPolicy: "Never",
+        terminationGracePeriodSeconds: 5,
+        containers: [{ name: "main", image, command: ["sh", "-c", script] }],
+        ...more,
+      } as V1Pod["spec"],
+    })
+    const createPod = (body: V1Pod) => core.createNamespacedPod({ namespace, body })
+    const readPod = (podName: string) => core.readNamespacedPod({ namespace, name: podName })
+
+    /** Polls the Pod until `check` holds for it; answers it. */
+    async function podWhen(podName: string, check: (pod: V1Pod) => boolean, what: string): Promise<V1Pod> {
+      const deadline = Date.now() + 60_000
+      for (;;) {
+        const found = await readPod(podName)
+        if (check(found)) return found
+        if (Date.now() > deadline)
+          throw new Error(`timed out waiting until pod ${podName} ${what}: ${JSON.stringify(found.status)}`)
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+    }
+    const finished = (found: V1Pod) => found.status?.phase === "Succeeded" || found.status?.phase === "Failed"
+    const running = (found: V1Pod) => found.status?.containerStatuses?.[0]?.state?.running !== undefined
+
+    async function gone(podName: string) {
+      const deadline = Date.now() + 60_000
+      for (;;) {
+        try {
+          await readPod(podName)
+        } catch (error) {
+          if (error instanceof ApiException && error.code === 404) return
+          throw error
+        }
+        if (Date.now() > deadline) throw new Error(`timed out waiting until pod ${podName} is gone`)
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+    }
+
+    it("starts a Pod Pending with the defaults, and reports Succeeded with the container's terminated state", async () => {
+      const container: V1Container = { name: "main", image, command: ["sh", "-c", "echo done"] }
+      const created = await createPod({
+        metadata: { name: "succeeds" },
+        spec: { restartPolicy: "Never", containers: [container] },
+      })
+      expect(created.status?.phase).toBe("Pending")
+      expect(created.spec?.terminationGracePeriodSeconds).toBe(30)
+      const done = await podWhen("succeeds", finished, "has finished")
+      expect(done.status?.phase).toBe("Succeeded")
+      expect(done.spec?.nodeName).toEqual(expect.any(String))
+      const [status] = done.status?.containerStatuses ?? []
+      expect(status).toMatchObject({ name: "main", ready: false, restartCount: 0 })
+      expect(status?.state?.terminated).toMatchObject({ exitCode: 0, reason: "Completed" })
+      expect(status?.state?.terminated?.startedAt).toBeInstanceOf(Date)
+      expect(status?.state?.terminated?.finishedAt).toBeInstanceOf(Date)
+      expect(done.status?.conditions?.find((condition) => condition.type === "PodScheduled")?.status).toBe("True")
+      expect(done.status?.startTime).toBeInstanceOf(Date)
+    })
+
+    it("reports Failed with the exit code and reason Error for a container that exits non-zero", async () => {
+      await createPod(pod("fails", "exit 3"))
+      const done = await podWhen("fails", finished, "has finished")
+      expect(done.status?.phase).toBe("Failed")
+      expect(done.status?.containerStatuses?.[0]?.state?.terminated).toMatchObject({ exitCode: 3, reason: "Error" })
+    })
+
+    it("reports a running container with running.startedAt, Running and Ready, then serves its log", async () => {
+      await createPod(pod("runs", "echo first; echo second; echo third >&2; sleep 300"))
+      const live = await podWhen("runs", running, "runs")
+      expect(live.status?.phase).toBe("Running")
+      expect(live.status?.containerStatuses?.[0]?.state?.running?.startedAt).toBeInstanceOf(Date)
+      expect(live.status?.conditions?.find((condition) => condition.type === "Ready")?.status).toBe("True")
+      const log = (more: object = {}) => core.readNamespacedPodLog({ namespace, name: "runs", ...more })
+      let all = ""
+      const deadline = Date.now() + 30_000
+      while (!all.includes("third") && Date.now() < deadline) all = await log()
+      expect(all.split("\n").sort()).toEqual(["", "first", "second", "third"])
+      expect(await log({ container: "main", tailLines: 1 })).toMatch(/^(second|third)\n$/)
+      expect(await log({ limitBytes: 3 })).toHaveLength(3)
+      expect(await log({ timestamps: true })).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z first\n/m)
+      const unknown = await refusal(log({ container: "nope" }))
+      expect(unknown.code).toBe(400)
+      expect(String(unknown.status.message)).toContain("nope")
+      await core.deleteNamespacedPod({ namespace, name: "runs", gracePeriodSeconds: 0 })
+    })
+
+    it("marks a running Pod for deletion with the grace period, then removes it once its containers stopped", async () => {
+      await createPod(pod("graceful", "trap 'exit 0' TERM; while true; do sleep 0.1; done"))
+      await podWhen("graceful", running, "runs")
+      await core.deleteNamespacedPod({ namespace, name: "graceful", gracePeriodSeconds: 20 })
+      const deleting = await readPod("graceful").catch(() => undefined)
+      if (deleting !== undefined) {
+        expect(deleting.metadata?.deletionTimestamp).toBeInstanceOf(Date)
+        expect(deleting.metadata?.deletionGracePeriodSeconds).toBeLessThanOrEqual(20)
+      }
+      await gone("graceful")
+    })
+
+    it("lists Pods by label, by spec.nodeName and by status.phase", async () => {
+      await createPod(pod("picked", "true", {}, { pick: "yes" }))
+      await createPod(pod("skipped", "exit 1", {}, { pick: "no" }))
+      const done = await podWhen("picked", finished, "has finished")
+      await podWhen("skipped", finished, "has finished")
+      const names = async (query: { labelSelector?: string; fieldSelector?: string }) =>
+        (await core.listNamespacedPod({ namespace, ...query })).items.map((item) => item.metadata?.name).sort()
+      expect(await names({ labelSelector: "pick=yes" })).toEqual(["picked"])
+      expect(await names({ labelSelector: "pick", fieldSelector: "status.phase=Failed" })).toEqual(["skipped"])
+      expect(await names({ labelSelector: "pick", fieldSelector: `spec.nodeName=${done.spec?.nodeName}` })).toEqual([
+        "picked",
+        "skipped",
+      ])
+      expect(await names({ labelSelector: "pick", fieldSelector: "spec.nodeName=no-such-node" })).toEqual([])
+    })
+
+    it("resolves secretKeyRef env and secret volumes when it starts the container, keeping the values out of the Pod", async () => {
+      await core.createNamespacedSecret({
+        namespace,
+        body: { metadata: { name: "credentials" }, stringData: { token: "s3cr3t-value", file: "from-a-file" } },
+      })
+      const spec = pod("secret-user", 'echo "env=$TOKEN"; cat /etc/credentials/file').spec
+      const container = spec?.containers[0] as V1Container
+      await createPod({
+        metadata: { name: "secret-user" },
+        spec: {
+          ...spec,
+          containers: [
+            {
+              ...container,
+              env: [{ name: "TOKEN", valueFrom: { secretKeyRef: { name: "credentials", key: "token" } } }],
+              volumeMounts: [{ name: "credentials", mountPath: "/etc/credentials", readOnly: true }],
+            },
+          ],
+          volumes: [{ name: "credentials", secret: { secretName: "credentials" } }],
+        },
+      })
+      const done = await podWhen("secret-user", finished, "has finished")
+      expect(done.status?.phase).toBe("Succeeded")
+      expect(await core.readNamespacedPodLog({ namespace, name: "secret-user" })).toBe("env=s3cr3t-value\nfrom-a-file")
+      expect(JSON.stringify(done)).not.toContain("s3cr3t-value")
+    })
+
+    it("shares an emptyDir between containers and a claim between Pods", async () => {
+      await core.createNamespacedPersistentVolumeClaim({
+        namespace,
+        body: {
+          metadata: { name: "shared" },
+          spec: { accessModes: ["ReadWriteOnce"], resources: { requests: { storage: "10Mi" } } },
+        },
+      })
+      const claim = { name: "data", persistentVolumeClaim: { claimName: "shared" } }
+      await createPod({
+        metadata: { name: "writer" },
+        spec: {
+          restartPolicy: "Never",
+          containers: [
+            {
+              name: "first",
+              image,
+              command: ["sh", "-c", "echo scratch > /scratch/note; echo kept > /data/kept"],
+              volumeMounts: [
+                { name: "scratch", mountPath: "/scratch" },
+                { name: "data", mountPath: "/data" },
+              ],
+            },
+            {
+              name: "second",
+              image,
+              command: ["sh", "-c", "while [ ! -f /scratch/note ]; do sleep 0.1; done; cat /scratch/note"],
+              volumeMounts: [{ name: "scratch", mountPath: "/scratch" }],
+            },
+          ],
+          volumes: [{ name: "scratch", emptyDir: {} }, claim],
+        },
+      })
+      expect((await podWhen("writer", finished, "has finished")).status?.phase).toBe("Succeeded")
+      expect(await core.readNamespacedPodLog({ namespace, name: "writer", container: "second" })).toBe("scratch\n")
+      await createPod({
+        metadata: { name: "reader" },
+        spec: {
+          restartPolicy: "Never",
+          containers: [
+            {
+              name: "main",
+              image,
+              command: ["cat", "/data/kept"],
+              volumeMounts: [{ name: "data", mountPath: "/data" }],
+            },
+          ],
+          volumes: [claim],
+        },
+      })
+      expect((await podWhen("reader", finished, "has finished")).status?.phase).toBe("Succeeded")
+      expect(await core.readNamespacedPodLog({ namespace, name: "reader" })).toBe("kept\n")
+      expect((await core.readNamespacedPersistentVolumeClaim({ namespace, name: "shared" })).status?.phase).toBe(
+        "Bound",
+      )
+    })
+
+    it("reports a container killed past its memory limit as terminated with reason OOMKilled", async () => {
+      const greedy: V1Container = {
+        name: "main",
+        image,
+        command: ["sh", "-c", 'x=$(head -c 60000000 /dev/zero | tr "\\0" a); echo survived'],
+        resources: { limits: { memory: "16Mi" }, requests: { memory: "16Mi" } },
+      }
+      await createPod({ metadata: { name: "greedy" }, spec: { restartPolicy: "Never", containers: [greedy] } })
+      const done = await podWhen("greedy", finished, "has finished")
+      expect(done.status?.phase).toBe("Failed")
+      expect(done.status?.containerStatuses?.[0]?.state?.terminated).toMatchObject({
+        exitCode: 137,
+        reason: "OOMKilled",
+      })
+    })
+
+    it("says which image could not be pulled, in the waiting state", async () => {
+      const missing = "runnel-test/no-such-image:1"
+      await createPod({
+        metadata: { name: "unpullable" },
+        spec: { restartPolicy: "Never", containers: [{ name: "main", image: missing }] },
+      })
+      const waiting = await podWhen(
+        "unpullable",
+        (found) =>
+          /ErrImagePull|ImagePullBackOff/.test(found.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? ""),
+        "cannot pull its image",
+      )
+      expect(waiting.status?.phase).toBe("Pending")
+      expect(waiting.status?.containerStatuses?.[0]?.state?.waiting?.message).toContain(missing)
+      await core.deleteNamespacedPod({ namespace, name: "unpullable" })
+      await gone("unpullable")
+    })
+
+    it("deletes a Pod whose owner is deleted", async () => {
+      const owner = (await objects.createNamespacedCustomObject({
+        group,
+        version,
+        namespace,
+        plural: "pipelines",
+        body: {
+          apiVersion: `${group}/${version}`,
+          kind: "Pipeline",
+          metadata: { name: "pod-owner" },
+          spec: { content: "x" },
+        },
+      })) as KubernetesObject
+      const reference = {
+        apiVersion: `${group}/${version}`,
+        kind: "Pipeline",
+        name: "pod-owner",
+        uid: owner.metadata?.uid ?? "",
+        controller: true,
+      }
+      await createPod({ ...pod("owned", "sleep 300"), metadata: { name: "owned", ownerReferences: [reference] } })
+      await objects.deleteNamespacedCustomObject({ group, version, namespace, plural: "pipelines", name: "pod-owner" })
+      await api.settled?.()
+      await gone("owned")
     })
   })
 }

@@ -1,5 +1,10 @@
-import Docker from "dockerode"
-import { badRequest, errorMessage, SystemError } from "../../../lib/core/errors.ts"
+import {
+  type ContainerSpec,
+  DockerHost,
+  defaultDockerSocket,
+  UnknownHostError,
+} from "../../../lib/containers/docker-host.ts"
+import { badRequest, SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
   assertCacheKey,
@@ -18,8 +23,6 @@ export type DockerDefaults = {
   /** The daemon when a pipeline's driver_config names none: DOCKER_HOST, read by the composition code. */
   readonly host?: string | undefined
 }
-
-const defaultSocket = "/var/run/docker.sock"
 
 /**
  * Labels on every container and volume the driver creates; `owner` finds what a crashed process left behind.
@@ -46,20 +49,24 @@ export function dockerDriverFactory(defaults: DockerDefaults): DriverFactory {
       if (host !== undefined && typeof host !== "string") {
         throw badRequest('driver_config.host of the docker driver must be a string, such as "tcp://host:2375"')
       }
-      return new DockerDriver(host || defaultSocket)
+      try {
+        return new DockerDriver(
+          new DockerHost(host || defaultDockerSocket, "start Docker, or run with --driver native"),
+        )
+      } catch (error) {
+        if (error instanceof UnknownHostError) throw badRequest(error.message)
+        throw error
+      }
     },
   }
 }
 
-/** The daemon's address as dockerode wants it, and as a person reads it in an error. */
-type Daemon = { readonly docker: Docker; readonly where: string }
-
 class DockerDriver implements Driver {
   readonly name = "docker"
-  readonly #daemon: Daemon
+  readonly #daemon: DockerHost
 
-  constructor(host: string) {
-    this.#daemon = { docker: new Docker(clientOptions(host)), where: host }
+  constructor(daemon: DockerHost) {
+    this.#daemon = daemon
   }
 
   async open(runId: string): Promise<RunDriver> {
@@ -67,21 +74,18 @@ class DockerDriver implements Driver {
   }
 
   async removeLeftovers(): Promise<void> {
-    const { docker, where } = this.#daemon
-    const filters = { label: [dockerLabels.owner] }
+    const daemon = this.#daemon
     try {
       const [containers, volumes] = await Promise.all([
-        docker.listContainers({ all: true, filters }),
-        docker.listVolumes({ filters }),
+        daemon.containers(dockerLabels.owner),
+        daemon.volumes(dockerLabels.owner),
       ])
-      const deadContainers = containers.filter((container) => ownerIsDead(container.Labels[dockerLabels.owner]))
-      await Promise.all(deadContainers.map((container) => removeContainer(docker, container.Id)))
-      const deadVolumes = (volumes.Volumes ?? []).filter((volume) => ownerIsDead(volume.Labels?.[dockerLabels.owner]))
-      await Promise.all(
-        deadVolumes.map((volume) => docker.getVolume(volume.Name).remove({ force: true }).catch(ifGone)),
-      )
+      const deadContainers = containers.filter((container) => ownerIsDead(container.labels[dockerLabels.owner]))
+      await Promise.all(deadContainers.map((container) => daemon.remove(container.id)))
+      const deadVolumes = volumes.filter((volume) => ownerIsDead(volume.labels[dockerLabels.owner]))
+      await Promise.all(deadVolumes.map((volume) => daemon.removeVolume(volume.name)))
     } catch (error) {
-      throw daemonError(error, where, "removing the leftovers of crashed runnel processes failed")
+      throw daemon.error(error, "removing the leftovers of crashed runnel processes failed")
     }
   }
 
@@ -92,7 +96,7 @@ class DockerDriver implements Driver {
 }
 
 class DockerRun implements RunDriver {
-  readonly #daemon: Daemon
+  readonly #daemon: DockerHost
   readonly #runId: string
   /** Volume name (or cache key) as the run knows it, to the Docker volume's name and whether it is a cache. */
   readonly #volumes = new Map<string, { readonly dockerName: string; readonly cache: boolean }>()
@@ -101,7 +105,7 @@ class DockerRun implements RunDriver {
   #closed = false
   #closing: Promise<void> | undefined
 
-  constructor(daemon: Daemon, runId: string) {
+  constructor(daemon: DockerHost, runId: string) {
     this.#daemon = daemon
     this.#runId = runId
   }
@@ -112,19 +116,17 @@ class DockerRun implements RunDriver {
     const startedAt = performance.now()
     const remainingMs = () =>
       task.timeoutMs === undefined ? undefined : Math.max(0, task.timeoutMs - (performance.now() - startedAt))
-    const container = await this.#create(task, output, signal, remainingMs)
-    const kill = () => void container.kill().catch(() => {})
+    const daemon = this.#daemon
+    const what = `task "${task.path}"`
+    const pull = { progress: printTo(output), signal, timeoutMs: remainingMs() }
+    const id = await this.#creating(daemon.create(this.#containerSpec(task), pull, what))
+    const kill = () => daemon.kill(id)
     signal.addEventListener("abort", kill)
     let timer: NodeJS.Timeout | undefined
     try {
-      const stream = await container.attach({ stream: true, stdout: true, stderr: true })
-      const ended = streamEnd(stream)
-      ended.catch(() => {}) // awaited below; this only keeps an early exit from leaving it unhandled
-      this.#daemon.docker.modem.demuxStream(stream, sink(output, "stdout"), sink(output, "stderr"))
+      const { ended } = await daemon.attach(id, output)
       signal.throwIfAborted()
-      await container.start().catch((error: unknown) => {
-        throw startError(error, task, this.#daemon.where)
-      })
+      await daemon.start(id, task.command.path, task.image, what)
       // An abort during start() may have found the container not yet running, so kill() missed it.
       signal.throwIfAborted()
       let timedOut = false
@@ -135,18 +137,18 @@ class DockerRun implements RunDriver {
           kill()
         }, timeoutMs)
       }
-      const { StatusCode } = (await container.wait()) as { StatusCode: number }
+      const code = await daemon.wait(id)
       await ended
       signal.throwIfAborted()
-      return { code: StatusCode, timedOut }
+      return { code, timedOut }
     } catch (error) {
       if (signal.aborted) throw signal.reason
-      throw daemonError(error, this.#daemon.where, `task "${task.path}" failed in Docker`)
+      throw daemon.error(error, `${what} failed in Docker`)
     } finally {
       clearTimeout(timer)
       signal.removeEventListener("abort", kill)
       // Failing to remove must not hide the task's result; close() removes whatever carries the run's label.
-      await container.remove({ force: true, v: true }).catch(() => {})
+      await daemon.remove(id).catch(() => {})
     }
   }
 
@@ -162,9 +164,9 @@ class DockerRun implements RunDriver {
       ? { [dockerLabels.cache]: name }
       : { [dockerLabels.run]: this.#runId, [dockerLabels.owner]: processOwner }
     try {
-      await this.#creating(this.#daemon.docker.createVolume({ Name: dockerName, Labels: labels }))
+      await this.#creating(this.#daemon.createVolume(dockerName, labels))
     } catch (error) {
-      throw daemonError(error, this.#daemon.where, `${cache ? "cache" : "volume"} "${name}" could not be created`)
+      throw this.#daemon.error(error, `${cache ? "cache" : "volume"} "${name}" could not be created`)
     }
     this.#volumes.set(name, { dockerName, cache })
     return { name }
@@ -181,40 +183,15 @@ class DockerRun implements RunDriver {
 
   async #removeAll(): Promise<void> {
     if (!this.#used) return
-    const { docker, where } = this.#daemon
-    const filters = { label: [`${dockerLabels.run}=${this.#runId}`] }
+    const daemon = this.#daemon
+    const label = `${dockerLabels.run}=${this.#runId}`
     try {
-      const containers = await docker.listContainers({ all: true, filters })
-      await Promise.all(containers.map((container) => removeContainer(docker, container.Id)))
-      const { Volumes: volumes } = await docker.listVolumes({ filters })
-      await Promise.all(
-        (volumes ?? []).map((volume) => docker.getVolume(volume.Name).remove({ force: true }).catch(ifGone)),
-      )
+      const containers = await daemon.containers(label)
+      await Promise.all(containers.map((container) => daemon.remove(container.id)))
+      const volumes = await daemon.volumes(label)
+      await Promise.all(volumes.map((volume) => daemon.removeVolume(volume.name)))
     } catch (error) {
-      throw daemonError(error, where, `the containers and volumes of run "${this.#runId}" could not be removed`)
-    }
-  }
-
-  /** Creates the task's container, pulling its image first when the daemon does not have it. */
-  async #create(
-    task: TaskSpec,
-    output: TaskOutput,
-    signal: AbortSignal,
-    remainingMs: () => number | undefined,
-  ): Promise<Docker.Container> {
-    const { docker, where } = this.#daemon
-    const spec = this.#containerSpec(task)
-    try {
-      return await this.#creating(docker.createContainer(spec))
-    } catch (error) {
-      if (statusCode(error) !== 404) throw daemonError(error, where, `task "${task.path}" could not be created`)
-    }
-    await pull(this.#daemon, task.image, output, signal, remainingMs())
-    signal.throwIfAborted()
-    try {
-      return await this.#creating(docker.createContainer(spec))
-    } catch (error) {
-      throw daemonError(error, where, `task "${task.path}" could not be created after pulling "${task.image}"`)
+      throw daemon.error(error, `the containers and volumes of run "${this.#runId}" could not be removed`)
     }
   }
 
@@ -225,207 +202,35 @@ class DockerRun implements RunDriver {
       this.#used = true
       return created
     } catch (error) {
-      const code = (error as NodeJS.ErrnoException | undefined)?.code
+      const failure = error as (Error & { code?: string; cause?: { code?: string } }) | undefined
+      const code = failure?.code ?? failure?.cause?.code
       if (code !== "ENOENT" && code !== "ECONNREFUSED" && code !== "EACCES") this.#used = true
       throw error
     }
   }
 
-  #containerSpec(task: TaskSpec): Docker.ContainerCreateOptions {
-    const binds = Object.entries(task.mounts).map(([path, volume]) => {
+  #containerSpec(task: TaskSpec): ContainerSpec {
+    const mounts = Object.entries(task.mounts).map(([path, volume]) => {
       const dockerName = this.#volumes.get(volume.name)?.dockerName
       if (dockerName === undefined) {
         throw new SystemError(`task "${task.path}" mounts volume "${volume.name}", which its run did not create`)
       }
-      return `${dockerName}:${path}`
+      return { volume: dockerName, path }
     })
     return {
-      Image: task.image,
-      // The command runs as given: an image's ENTRYPOINT would otherwise wrap it.
-      Entrypoint: [],
-      Cmd: [task.command.path, ...task.command.args],
-      Env: Object.entries(task.env).map(([key, value]) => `${key}=${value}`),
-      WorkingDir: task.workDir,
-      Labels: { [dockerLabels.run]: this.#runId, [dockerLabels.task]: task.path, [dockerLabels.owner]: processOwner },
-      AttachStdout: true,
-      AttachStderr: true,
-      HostConfig: {
-        Binds: binds,
-        // runnel stores output from the attach stream; the daemon's own log driver would only cost
-        // (json-file makes line output 3x slower, FLOORS.md section 2).
-        LogConfig: { Type: "none", Config: {} },
-      },
+      image: task.image,
+      command: [task.command.path, ...task.command.args],
+      env: task.env,
+      workDir: task.workDir,
+      labels: { [dockerLabels.run]: this.#runId, [dockerLabels.task]: task.path, [dockerLabels.owner]: processOwner },
+      mounts,
+      // runnel stores output from the attach stream; the daemon's own log driver would only cost.
+      output: "attach",
     }
   }
 }
 
-/**
- * Pulls `image`, writing one line per layer status change to the task's
- * stderr (not every progress tick), within `timeoutMs` when given.
- */
-async function pull(
-  { docker, where }: Daemon,
-  image: string,
-  output: TaskOutput,
-  signal: AbortSignal,
-  timeoutMs: number | undefined,
-): Promise<void> {
-  const bounded = timeoutMs === undefined ? signal : AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)])
-  const print = (line: string) => output.stderr(Buffer.from(`${line}\n`))
-  print(`pulling image "${image}": the Docker host does not have it`)
-  let failure: string | undefined
-  try {
-    const stream: NodeJS.ReadableStream = await docker.pull(image, { abortSignal: bounded })
-    failure = await followPull(stream, print)
-  } catch (error) {
-    if (signal.aborted) throw signal.reason
-    if (!bounded.aborted) {
-      if (unreachable(error)) throw daemonError(error, where, "")
-      failure = daemonReason(error)
-    }
-  }
-  if (signal.aborted) throw signal.reason
-  if (bounded.aborted) failure = `no result within the task's timeout of ${timeoutMs} ms`
-  if (failure !== undefined) {
-    throw new SystemError(
-      `image "${image}" could not be pulled: ${failure}; is the name right, and can the Docker daemon reach its registry?`,
-    )
-  }
-}
-
-type PullEvent = { status?: string; id?: string; error?: string; errorDetail?: { message?: string } }
-
-/** Reads the daemon's JSON lines; resolves with the error it reported, if any. */
-async function followPull(stream: NodeJS.ReadableStream, print: (line: string) => void): Promise<string | undefined> {
-  const lastStatus = new Map<string, string>()
-  let failure: string | undefined
-  let pending = ""
-  stream.setEncoding("utf8")
-  for await (const chunk of stream) {
-    const lines = (pending + String(chunk)).split("\n")
-    pending = lines.pop() ?? ""
-    for (const line of lines) {
-      if (line.trim() === "") continue
-      const event = JSON.parse(line) as PullEvent
-      if (event.error !== undefined) failure = event.errorDetail?.message ?? event.error
-      if (event.status === undefined) continue
-      const key = event.id ?? ""
-      if (lastStatus.get(key) === event.status) continue
-      lastStatus.set(key, event.status)
-      print(event.id === undefined ? event.status : `${event.id}: ${event.status}`)
-    }
-  }
-  return failure
-}
-
-/**
- * dockerode reads DOCKER_HOST and friends itself and merges them under the
- * options given; every key it may take from there is set here, so the
- * address runnel chose is the one used.
- */
-function clientOptions(host: string): Docker.DockerOptions {
-  const fromEnvironment = { ca: undefined, cert: undefined, key: undefined, timeout: undefined, pathPrefix: "/" }
-  let options: Docker.DockerOptions
-  if (host.startsWith("/") || host.startsWith("unix://")) {
-    const socketPath = host.startsWith("unix://") ? host.slice("unix://".length) : host
-    options = { ...fromEnvironment, socketPath, host: undefined, port: undefined, protocol: "http" }
-  } else if (/^(tcp|http):\/\/[^/]/.test(host)) {
-    const url = new URL(host.replace(/^tcp:/, "http:"))
-    options = { ...fromEnvironment, host: url.hostname, port: url.port || "2375", protocol: "http" }
-  } else {
-    throw badRequest(
-      `Docker host "${host}" is not understood; use a socket path (/var/run/docker.sock), unix:///path, tcp://host:port or http://host:port`,
-    )
-  }
-  return options
-}
-
-/** demuxStream only calls write(); a plain object hands each frame on synchronously, with no stream buffering. */
-function sink(output: TaskOutput, stream: "stdout" | "stderr"): NodeJS.WritableStream {
-  const write = (chunk: Buffer) => {
-    output[stream](chunk)
-    return true
-  }
-  return { write } as unknown as NodeJS.WritableStream
-}
-
-function streamEnd(stream: NodeJS.ReadableStream): Promise<void> {
-  return new Promise((resolve, reject) => {
-    stream.once("end", resolve)
-    stream.once("close", resolve)
-    stream.once("error", reject)
-  })
-}
-
-const unreachableCodes = new Set([
-  "ENOENT",
-  "ECONNREFUSED",
-  "ECONNRESET",
-  "EHOSTUNREACH",
-  "ENETUNREACH",
-  "ETIMEDOUT",
-  "ENOTFOUND",
-  "EAI_AGAIN",
-])
-
-function unreachable(error: unknown): boolean {
-  const code = (error as NodeJS.ErrnoException | undefined)?.code
-  return code !== undefined && unreachableCodes.has(code)
-}
-
-/** A SystemError saying what failed; when the daemon cannot be reached at all, saying that instead. */
-function daemonError(error: unknown, where: string, what: string): Error {
-  if (error instanceof SystemError) return error
-  const code = (error as NodeJS.ErrnoException | undefined)?.code
-  if (unreachable(error)) {
-    return new SystemError(
-      `cannot reach the Docker daemon at ${where} (${code}); start Docker, or run with --driver native`,
-      { cause: error },
-    )
-  }
-  if (code === "EACCES") {
-    return new SystemError(
-      `no permission to use the Docker daemon at ${where}; run runnel as a user of the docker group, or run with --driver native`,
-      { cause: error },
-    )
-  }
-  return new SystemError(`${what}: ${daemonReason(error)}`, { cause: error })
-}
-
-function startError(error: unknown, task: TaskSpec, where: string): Error {
-  const reason = daemonReason(error)
-  if (statusCode(error) !== undefined && /executable file not found|no such file or directory/.test(reason)) {
-    return new SystemError(`executable "${task.command.path}" not found in image "${task.image}": ${reason}`, {
-      cause: error,
-    })
-  }
-  return daemonError(error, where, `task "${task.path}" could not start in image "${task.image}"`)
-}
-
-/** The daemon's own words: its JSON message, else dockerode's message without its "(HTTP code N) ..." prefix. */
-function daemonReason(error: unknown): string {
-  const message = (error as { json?: { message?: unknown } } | undefined)?.json?.message
-  if (typeof message === "string") return message
-  return errorMessage(error)
-    .replace(/^\(HTTP code \d+\) [^-]*- /, "")
-    .trim()
-}
-
-function statusCode(error: unknown): number | undefined {
-  const code = (error as { statusCode?: unknown } | undefined)?.statusCode
-  return typeof code === "number" ? code : undefined
-}
-
-function ifGone(error: unknown): void {
-  if (statusCode(error) !== 404) throw error
-}
-
-/** Removes a container with anything it runs; 409 means a removal is already under way (an exec ending). */
-async function removeContainer(docker: Docker, id: string): Promise<void> {
-  await docker
-    .getContainer(id)
-    .remove({ force: true, v: true })
-    .catch((error: unknown) => {
-      if (statusCode(error) !== 409) ifGone(error)
-    })
+/** Pull progress as lines of the task's stderr. */
+function printTo(output: TaskOutput): (line: string) => void {
+  return (line) => output.stderr(Buffer.from(`${line}\n`))
 }
