@@ -95,7 +95,7 @@ export const operatorFlags: readonly FlagSpec[] = [
     name: "driver",
     value: "NAME",
     defaultValue: "docker",
-    description: "driver of pipelines that name none: docker or native",
+    description: "driver of pipelines that name none: docker, native or kubernetes (Pods)",
   },
   {
     name: "allowed-drivers",
