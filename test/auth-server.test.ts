@@ -74,14 +74,14 @@ describe("runnel server with authentication", () => {
     const url = server.url.replace("0.0.0.0", "127.0.0.1")
     const token = await issueToken("short", testUser("a"))
     const drivers = await fetch(`${url}/api/drivers`, { headers: { Authorization: `Bearer ${token}` } })
-    expect(await drivers.json()).toEqual({ drivers: ["docker"] })
+    expect(await drivers.json()).toEqual({ drivers: ["docker", "kubernetes"] })
     const put = await fetch(`${url}/api/pipelines/local`, {
       method: "PUT",
       headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
       body: JSON.stringify({ content: "export const pipeline = async () => {}\n", driver: "native" }),
     })
     expect(put.status).toBe(400)
-    expect(await put.json()).toEqual({ error: 'driver "native" is not allowed on this server; allowed: docker' })
+    expect(await put.json()).toEqual({ error: 'driver "native" is not allowed on this server; allowed: docker, kubernetes' })
     const huge = await rawGet(url, { Authorization: `Bearer ${"a".repeat(100 * 1024)}` })
     expect(huge.status).toBe(431)
     expect(JSON.parse(huge.body)).toEqual({ error: expect.stringContaining("headers exceed 16 KiB") })
@@ -94,7 +94,7 @@ describe("runnel server with authentication", () => {
     expect(server.stderr()).toMatch(/WARNING: --allowed-drivers names native with authentication on/)
     expect((await call(server.url, "GET", "/api/drivers")).status).toBe(401)
     const drivers = await fetch(`${server.url}/api/drivers`, { headers: { Authorization: asAdmin } })
-    expect(await drivers.json()).toEqual({ drivers: ["docker", "native"] })
+    expect(await drivers.json()).toEqual({ drivers: ["docker", "kubernetes", "native"] })
     const wrong = `Basic ${Buffer.from("admin:guess").toString("base64")}`
     for (let attempt = 1; attempt <= 9; attempt++) {
       expect((await rawGet(server.url, { Authorization: wrong })).status).toBe(401)

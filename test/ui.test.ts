@@ -250,11 +250,11 @@ describe("the web UI", () => {
       .poll(async () => (await call(server.url, "GET", "/api/pipelines/nightly/schedules")).body[0].enabled)
       .toBe(false)
 
-    await page.getByRole("button", { name: "Pause" }).click()
+    await page.getByRole("button", { name: "Pause", exact: true }).click()
     await expect.poll(() => page.locator(".page-head .badge").textContent()).toBe("paused")
     expect((await call(server.url, "GET", "/api/pipelines/nightly")).body.paused).toBe(true)
     await page.getByRole("button", { name: "Unpause" }).click()
-    await expect.poll(() => page.getByRole("button", { name: "Pause" }).count()).toBe(1)
+    await expect.poll(() => page.getByRole("button", { name: "Pause", exact: true }).count()).toBe(1)
 
     await page.getByLabel("Key").fill("BAD KEY")
     await page.getByLabel("Value").fill("x")
