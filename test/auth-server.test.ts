@@ -81,7 +81,9 @@ describe("runnel server with authentication", () => {
       body: JSON.stringify({ content: "export const pipeline = async () => {}\n", driver: "native" }),
     })
     expect(put.status).toBe(400)
-    expect(await put.json()).toEqual({ error: 'driver "native" is not allowed on this server; allowed: docker, kubernetes' })
+    expect(await put.json()).toEqual({
+      error: 'driver "native" is not allowed on this server; allowed: docker, kubernetes',
+    })
     const huge = await rawGet(url, { Authorization: `Bearer ${"a".repeat(100 * 1024)}` })
     expect(huge.status).toBe(431)
     expect(JSON.parse(huge.body)).toEqual({ error: expect.stringContaining("headers exceed 16 KiB") })
