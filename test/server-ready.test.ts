@@ -147,9 +147,11 @@ describe("runnel server starting", () => {
       ).toBe(true)
       expect(probe.slice(firstOk === -1 ? probe.length : firstOk).every((answer) => answer.status === 200)).toBe(true)
     }
+    // The window between listening and ready can fall between two probes of one round: then only
+    // one of them saw it. Either saying "starting" shows the probes were asked while the server started.
     expect(
-      health.filter((answer) => answer.status === 503).length,
-      "/health said starting at least once",
+      [...readyz, ...health].filter((answer) => answer.status === 503).length,
+      "/readyz or /health said starting at least once",
     ).toBeGreaterThan(0)
     // The listening line comes once the server is ready: by now (201 seen) it is printed.
     await server.listening

@@ -148,7 +148,7 @@ describe("the web UI", () => {
     await expect.poll(() => page.locator(".ln.selected .txt").textContent(), { timeout: 20_000 }).toBe("row 12345")
     expect(await page.locator(".ln.selected").isVisible()).toBe(true)
     await screenshot(page, "ui-line-link")
-  })
+  }, 120_000)
 
   it("stops a running run from its page", async () => {
     await open("/")
