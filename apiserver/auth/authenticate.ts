@@ -2,7 +2,7 @@ import type { Context, Middleware } from "koa"
 import type { AuthSettings } from "../../lib/config/auth.ts"
 import { RunnelError } from "../../lib/core/errors.ts"
 import { sameSecret } from "../../lib/crypto/same-secret.ts"
-import { FailureCounter } from "./failure-counter.ts"
+import type { FailureCounter } from "./failure-counter.ts"
 import { type SessionCookies, sessionCookieName, sessionCookies } from "./session-cookie.ts"
 import { unauthorized, verifyToken } from "./session-token.ts"
 import { anonymousUser, basicUser, type RequestUser } from "./user.ts"
@@ -112,9 +112,9 @@ export function authentication(deps: {
   authenticate: Authenticate
   challenge: Challenge
   /** Shared with whatever else checks credentials in this process (/k8s), so a guesser cannot switch doors. */
-  failures?: FailureCounter | undefined
+  failures: FailureCounter
 }): Middleware {
-  const failures = deps.failures ?? new FailureCounter()
+  const { failures } = deps
   return async (ctx, next) => {
     // /auth is how one logs in (apiserver/routes/login.ts); it checks the session cookie itself where it needs a user.
     if (!ctx.path.startsWith("/api/webhooks/") && !/^\/auth(\/|$)/.test(ctx.path)) {

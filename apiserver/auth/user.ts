@@ -41,6 +41,6 @@ export function basicUser(username: string): RequestUser {
 }
 
 /** A user a provider vouched for (a browser login, or a JWT issued after one). */
-export function providerUser(fields: Omit<RbacVariables, never>): RequestUser {
+export function providerUser(fields: RbacVariables): RequestUser {
   return { ...fields, actor: `${fields.Provider}:${fields.NickName}`, authenticated: true }
 }
