@@ -12,6 +12,7 @@ import type { Operator } from "../operator/operator.ts"
 import { accessPolicy, configuredApiServer } from "./apiserver.ts"
 import { httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
+import { inProcessTransport } from "./in-process-transport.ts"
 import { kubernetesAccess } from "./kubernetes-access.ts"
 import { startConfiguredOperator } from "./operator.ts"
 import { openConfiguredSecretStore } from "./secret-backend.ts"
@@ -23,8 +24,8 @@ const embeddedPrefix = "/k8s"
 
 /**
  * One process: the embedded API (unless the settings name a cluster), the
- * operator talking to it over loopback HTTP as it would to a cluster, and the
- * API. It listens first, so the operator can reach the embedded API, and
+ * operator talking to it in the Kubernetes protocol as it would to a cluster
+ * (over an in-memory pipe, cli/in-process-transport.ts), and the API. It listens first, so the operator can reach the embedded API, and
  * says it is ready (the probes, the `listening on` line) only once everything
  * is up. Opened in order, closed in reverse.
  */
@@ -64,7 +65,7 @@ export async function server(settings: ServerSettings): Promise<void> {
     }
     front.drain()
     closing = (async () => {
-      // The operator writes its runs' final status through the HTTP server, so it stops first.
+      // The operator writes its runs' final status through the embedded API, so it stops first.
       await operator?.stop(now ? 0 : settings.shutdownGraceMs)
       await apiServer?.stop()
       await front.close()
@@ -91,6 +92,7 @@ export async function server(settings: ServerSettings): Promise<void> {
       server: `${front.scheme}://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
       token: processToken,
     })
+    if (embedded !== undefined) inProcessTransport(kubeConfig, processToken, embedded.handle)
     const store = await opening
     secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
