@@ -33,7 +33,9 @@ export function inProcessTransport(
     if (handle(req, res)) return
     res.writeHead(404, { "Content-Type": "text/plain" }).end(`no route for ${req.method} ${req.url}\n`)
   })
-  const dispatcher = { dispatch: (options: DispatchOptions, handler: ResponseHandler) => send(server, options, handler) }
+  const dispatcher = {
+    dispatch: (options: DispatchOptions, handler: ResponseHandler) => send(server, options, handler),
+  }
   kubeConfig.applySecurityAuthentication = async (context) => {
     context.setHeaderParam("Authorization", `Bearer ${token}`)
     context.setDispatcher(dispatcher as unknown as Parameters<typeof context.setDispatcher>[0])
