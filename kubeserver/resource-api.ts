@@ -20,6 +20,7 @@ import type { ObjectStore, StoredEvent } from "./object-store.ts"
 import { VersionExpiredError } from "./object-store.ts"
 import { jsonPatch, mergePatch, PatchError, strategicMergePatch } from "./patches.ts"
 import type { ResourceType, ResourceTypes } from "./resource-types.ts"
+import { podResourceErrors } from "./quantity.ts"
 import { namespaceType, persistentVolumeClaimType, podType, secretType, storageResource } from "./resource-types.ts"
 import type { JsonObject, JsonSchema } from "./schema.ts"
 import { applyDefaults, canonical, deepEqual, isObject, pruneUnknownFields, validateSchema } from "./schema.ts"
@@ -589,6 +590,13 @@ export class ResourceApi {
     const { metadata: __, ...oldBody } = old ?? {}
     errors.push(...validateSchema(body, withoutMetadata(type.schema), "", old === undefined ? undefined : oldBody))
     if (type === secretType) errors.push(...secretErrors(object, old))
+    if (type === podType) {
+      const resources = podResourceErrors(object.spec)
+      if (resources.undecodable !== undefined) {
+        throw badRequest(`Pod in version "v1" cannot be handled as a Pod: ${resources.undecodable}`)
+      }
+      errors.push(...resources.errors)
+    }
     if (errors.length > 0) throw invalid(groupKind(type), object.metadata.name ?? "", errors)
   }
 
