@@ -121,6 +121,72 @@ describeDocker("docker", () => {
       expect(await remains(runId)).toEqual([])
     })
 
+    it("gives the container the task's memory, cpu quota and cpu shares", async () => {
+      const { run, runId } = await openRun()
+      const output = collect()
+      const controller = new AbortController()
+      onTestFinished(() => controller.abort(new Error("test over")))
+      const resources = { memoryBytes: 32 * 1024 * 1024, cpuMillis: 500, cpuShares: 512 }
+      const memoryFile = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+      const exec = run.exec(shell(`${memoryFile}; sleep 30`, { resources }), output, controller.signal)
+      await until(() => output.out() !== "", 30_000)
+      // What the task itself sees of its limit, whichever cgroup version the host has.
+      expect(output.out()).toBe("33554432\n")
+      const [container] = await client().listContainers({ filters: { label: [`${dockerLabels.run}=${runId}`] } })
+      const { HostConfig } = await client()
+        .getContainer(container?.Id ?? "")
+        .inspect()
+      expect(HostConfig).toMatchObject({
+        Memory: 33554432,
+        MemorySwap: 33554432,
+        NanoCpus: 500_000_000,
+        CpuShares: 512,
+        Privileged: false,
+      })
+      controller.abort(new Error("seen enough"))
+      await expect(exec).rejects.toThrow("seen enough")
+    })
+
+    it("ends a task past its memory limit with 137 and says on stderr it was OOM-killed", async () => {
+      const { run } = await openRun()
+      const output = collect()
+      const task = shell("head -c 64m /dev/zero | tail", { resources: { memoryBytes: 16 * 1024 * 1024 } })
+      expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
+      // The shell reports its killed child ("Killed"); runnel adds the reason.
+      expect(output.err()).toMatch(
+        /\nrunnel: the task used more memory than its limit of 16Mi and was killed \(OOMKilled\)\n$/,
+      )
+    })
+
+    it("says nothing of memory when a task fails within its limit", async () => {
+      const { run } = await openRun()
+      const output = collect()
+      const task = shell("exit 137", { resources: { memoryBytes: 64 * 1024 * 1024 } })
+      expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
+      expect(output.err()).toBe("")
+    })
+
+    // A privileged container can mount a filesystem; one that is not, cannot. Where the machine
+    // itself withholds a capability (a daemon inside a container, as on runnel's build machines),
+    // the runtime refuses to start a privileged container, in its own words, and says so.
+    it("runs a privileged task privileged: it mounts a tmpfs, or the runtime says it cannot grant every capability", async () => {
+      const { run } = await openRun()
+      const mount = "mount -t tmpfs none /mnt && echo mounted"
+      const plain = collect()
+      expect((await run.exec(shell(mount), plain, never)).code).not.toBe(0)
+      const output = collect()
+      const privileged = await run.exec(shell(mount, { privileged: true }), output, never).then(
+        (exit) => ({ exit, message: "" }),
+        (error: Error) => ({ exit: undefined, message: error.message }),
+      )
+      if (privileged.exit !== undefined) {
+        expect(privileged.exit.code).toBe(0)
+        expect(output.out()).toBe("mounted\n")
+      } else {
+        expect(privileged.message).toMatch(/could not start in image "busybox": .*(apply caps|operation not permitted)/)
+      }
+    })
+
     it("reports 137 for a task killed by its timeout", async () => {
       const { run } = await openRun()
       expect(await run.exec(shell("sleep 30", { timeoutMs: 300 }), collect(), never)).toEqual({
