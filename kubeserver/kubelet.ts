@@ -8,7 +8,7 @@ import {
 import { badRequest, invalid, KubeStatusError, notFound } from "./kube-status.ts"
 import type { KubeObject } from "./object-meta.ts"
 import type { StoredEvent } from "./object-store.ts"
-import { quantity } from "./quantity.ts"
+import { quantity } from "./pod-resources.ts"
 import type { ResourceApi } from "./resource-api.ts"
 import { namespaceType, persistentVolumeClaimType, podType, secretType, storageResource } from "./resource-types.ts"
 import { isObject } from "./schema.ts"

@@ -19,8 +19,8 @@ import { metadataErrors, newFinalizerErrors, pruneMetadata } from "./object-meta
 import type { ObjectStore, StoredEvent } from "./object-store.ts"
 import { VersionExpiredError } from "./object-store.ts"
 import { jsonPatch, mergePatch, PatchError, strategicMergePatch } from "./patches.ts"
+import { defaultPodRequests, podResourceErrors } from "./pod-resources.ts"
 import type { ResourceType, ResourceTypes } from "./resource-types.ts"
-import { podResourceErrors } from "./quantity.ts"
 import { namespaceType, persistentVolumeClaimType, podType, secretType, storageResource } from "./resource-types.ts"
 import type { JsonObject, JsonSchema } from "./schema.ts"
 import { applyDefaults, canonical, deepEqual, isObject, pruneUnknownFields, validateSchema } from "./schema.ts"
@@ -231,6 +231,7 @@ export class ResourceApi {
     // As Kubernetes' strategies: a new Pod or claim is Pending whatever status it was sent with.
     if (type === podType || type === persistentVolumeClaimType) object.status = { phase: "Pending" }
     if (type === secretType) normaliseSecret(object)
+    if (type === podType) defaultPodRequests(object.spec)
     applyDefaults(object, type.schema)
     this.#validate(type, object, undefined)
     if (this.store.get(this.#key(type, namespace, name)) !== undefined) throw alreadyExists(groupResource(type), name)

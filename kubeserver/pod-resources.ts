@@ -60,3 +60,13 @@ export function podResourceErrors(spec: unknown): { undecodable: string | undefi
   }
   return { undecodable: undefined, errors }
 }
+
+/** Kubernetes' defaulting: a resource with a limit and no request is requested at its limit. */
+export function defaultPodRequests(spec: unknown): void {
+  const containers = isObject(spec) && Array.isArray(spec.containers) ? spec.containers : []
+  for (const container of containers) {
+    if (!isObject(container) || !isObject(container.resources) || !isObject(container.resources.limits)) continue
+    const requests = isObject(container.resources.requests) ? container.resources.requests : {}
+    container.resources.requests = { ...container.resources.limits, ...requests }
+  }
+}
