@@ -10,6 +10,8 @@ export type DriverContractOptions = {
   readonly remains?: (runId: string) => Promise<readonly string[]>
   /** Removes a cache the suite made, which the contract itself never does; without it the suite leaves its caches behind. */
   readonly removeCache?: (key: string) => Promise<void>
+  /** Whether the driver enforces a task's `resources` (containers do); one that does not says so on the task's stderr. Default true. */
+  readonly enforcesResources?: boolean
 }
 
 /**
@@ -73,6 +75,38 @@ export function driverContract(name: string, make: () => Driver, options: Driver
       expect(output.out()).toBe("hello\n")
       expect(output.err()).toBe("")
     })
+
+    if (options.enforcesResources ?? true) {
+      it("kills a task past its memory limit with 137, a line on stderr giving the reason", async () => {
+        const { run } = await openRun()
+        const output = collect()
+        const task = shell("head -c 64m /dev/zero | tail", { resources: { memoryBytes: 16 * 1024 * 1024 } })
+        expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
+        // The shell may report its killed child ("Killed") first; the driver adds the reason.
+        expect(output.err()).toMatch(
+          /(^|\n)runnel: the task used more memory than its limit of 16Mi and was killed \(OOMKilled\)\n$/,
+        )
+      })
+
+      it("says nothing of memory when a task fails within its limit", async () => {
+        const { run } = await openRun()
+        const output = collect()
+        const task = shell("exit 137", { resources: { memoryBytes: 64 * 1024 * 1024 } })
+        expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
+        expect(output.err()).toBe("")
+      })
+    } else {
+      it("runs a task with resources without limits, saying so on its stderr", async () => {
+        const { run } = await openRun()
+        const output = collect()
+        const task = shell("echo ran", { resources: { memoryBytes: 16 * 1024 * 1024, cpuMillis: 500 } })
+        expect(await run.exec(task, output, never)).toEqual({ code: 0, timedOut: false })
+        expect(output.out()).toBe("ran\n")
+        expect(output.err()).toBe(
+          `runnel: the ${name} driver does not enforce resources; the task runs without limits\n`,
+        )
+      })
+    }
 
     it("resolves, not rejects, with a non-zero exit code", async () => {
       const { run } = await openRun()

@@ -132,9 +132,13 @@ describeDocker("docker", () => {
       await until(() => output.out() !== "", 30_000)
       // What the task itself sees of its limit, whichever cgroup version the host has.
       expect(output.out()).toBe("33554432\n")
-      const [container] = await client().listContainers({ filters: { label: [`${dockerLabels.run}=${runId}`] } })
+      const containers = await client().listContainers({
+        all: true,
+        filters: { label: [`${dockerLabels.run}=${runId}`] },
+      })
+      expect(containers).toHaveLength(1)
       const { HostConfig } = await client()
-        .getContainer(container?.Id ?? "")
+        .getContainer(containers[0]?.Id ?? "none")
         .inspect()
       expect(HostConfig).toMatchObject({
         Memory: 33554432,
@@ -145,25 +149,6 @@ describeDocker("docker", () => {
       })
       controller.abort(new Error("seen enough"))
       await expect(exec).rejects.toThrow("seen enough")
-    })
-
-    it("ends a task past its memory limit with 137 and says on stderr it was OOM-killed", async () => {
-      const { run } = await openRun()
-      const output = collect()
-      const task = shell("head -c 64m /dev/zero | tail", { resources: { memoryBytes: 16 * 1024 * 1024 } })
-      expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
-      // The shell reports its killed child ("Killed"); runnel adds the reason.
-      expect(output.err()).toMatch(
-        /\nrunnel: the task used more memory than its limit of 16Mi and was killed \(OOMKilled\)\n$/,
-      )
-    })
-
-    it("says nothing of memory when a task fails within its limit", async () => {
-      const { run } = await openRun()
-      const output = collect()
-      const task = shell("exit 137", { resources: { memoryBytes: 64 * 1024 * 1024 } })
-      expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
-      expect(output.err()).toBe("")
     })
 
     // A privileged container can mount a filesystem; one that is not, cannot. Where the machine

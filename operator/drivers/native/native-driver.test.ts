@@ -17,6 +17,7 @@ const factory = nativeDriverFactory({ workRoot, path })
 driverContract("native", () => factory.create({}), {
   remains: async (runId) => (await readdir(workRoot)).filter((entry) => entry.startsWith(`${runId}-`)),
   removeCache: (key) => rm(join(workRoot, "caches", key), { recursive: true, force: true }),
+  enforcesResources: false,
 })
 
 const never = new AbortController().signal
