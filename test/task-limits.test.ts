@@ -69,30 +69,33 @@ describe("runtime.run resources and privileged on bad input", () => {
 })
 
 describe("privileged tasks on runnel runner --driver native", () => {
-  it("refuses one without --allow-privileged-tasks, naming the flag, and ends the run in error", async () => {
-    const file = pipelineFile("privileged.ts", script("echo ran", "privileged: true"))
-    const result = await runnel(["runner", file, "--driver", "native"])
+  it.each([
+    [
+      "a script's task without --allow-privileged-tasks, naming the flag",
+      "privileged.ts",
+      script("echo ran", "privileged: true"),
+      {},
+      'task "tasks/1/b" asks to run privileged, which is not allowed here; run runnel runner with --allow-privileged-tasks to allow it',
+    ],
+    [
+      "a YAML task step's privileged: true alike",
+      "privileged.yml",
+      yaml("echo ran", "    privileged: true"),
+      {},
+      'task "jobs/j/1/task/t" asks to run privileged, which is not allowed here',
+    ],
+    [
+      "one allowed by CI_ALLOW_PRIVILEGED_TASKS, saying the native driver cannot run it",
+      "privileged-allowed.ts",
+      script("echo ran", "privileged: true"),
+      { CI_ALLOW_PRIVILEGED_TASKS: "true" },
+      'task "tasks/1/b" asks to run privileged, which the native driver cannot do: its tasks are processes of runnel\'s own user; run with --driver docker or kubernetes',
+    ],
+  ])("refuses %s, ending the run in error before the task runs", async (_, name, source, env, message) => {
+    const result = await runnel(["runner", pipelineFile(name, source), "--driver", "native"], { env })
     expect(result.code).toBe(2)
     expect(result.stdout).not.toContain("ran")
-    expect(result.stderr).toContain(
-      'task "tasks/1/b" asks to run privileged, which is not allowed here; run runnel runner with --allow-privileged-tasks to allow it',
-    )
-  })
-
-  it("refuses a YAML task step's privileged: true alike", async () => {
-    const file = pipelineFile("privileged.yml", yaml("echo ran", "    privileged: true"))
-    const result = await runnel(["runner", file, "--driver", "native"])
-    expect(result.code).toBe(2)
-    expect(result.stderr).toContain('task "jobs/j/1/task/t" asks to run privileged, which is not allowed here')
-  })
-
-  it("with the flag (or CI_ALLOW_PRIVILEGED_TASKS), says the native driver cannot run one", async () => {
-    const file = pipelineFile("privileged-allowed.ts", script("echo ran", "privileged: true"))
-    const result = await runnel(["runner", file, "--driver", "native"], { env: { CI_ALLOW_PRIVILEGED_TASKS: "true" } })
-    expect(result.code).toBe(2)
-    expect(result.stderr).toContain(
-      'task "tasks/1/b" asks to run privileged, which the native driver cannot do: its tasks are processes of runnel\'s own user; run with --driver docker or kubernetes',
-    )
+    expect(result.stderr).toContain(message)
   })
 
   it("says on the task's stderr that it does not enforce resources, and runs the task", async () => {
@@ -148,15 +151,6 @@ describeDocker("task limits on runnel runner --driver docker", () => {
     const result = await runnel(["runner", pipelineFile("limits-order.yml", source)])
     expect(result.code).toBe(0)
     expect(result.stdout).toMatch(/33554432\n[\s\S]*50331648\n/)
-  })
-
-  it("refuses a privileged task without --allow-privileged-tasks before Docker sees it", async () => {
-    const file = pipelineFile("docker-privileged.ts", script("echo ran", "privileged: true"))
-    const result = await runnel(["runner", file])
-    expect(result.code).toBe(2)
-    expect(result.stderr).toContain(
-      "asks to run privileged, which is not allowed here; run runnel runner with --allow-privileged-tasks",
-    )
   })
 
   // With the flag the task reaches Docker privileged: it mounts a tmpfs, which an unprivileged task

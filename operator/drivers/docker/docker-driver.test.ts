@@ -127,11 +127,8 @@ describeDocker("docker", () => {
       const controller = new AbortController()
       onTestFinished(() => controller.abort(new Error("test over")))
       const resources = { memoryBytes: 32 * 1024 * 1024, cpuMillis: 500, cpuShares: 512 }
-      const memoryFile = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
-      const exec = run.exec(shell(`${memoryFile}; sleep 30`, { resources }), output, controller.signal)
+      const exec = run.exec(shell("echo up; sleep 30", { resources }), output, controller.signal)
       await until(() => output.out() !== "", 30_000)
-      // What the task itself sees of its limit, whichever cgroup version the host has.
-      expect(output.out()).toBe("33554432\n")
       const containers = await client().listContainers({
         all: true,
         filters: { label: [`${dockerLabels.run}=${runId}`] },
@@ -149,27 +146,6 @@ describeDocker("docker", () => {
       })
       controller.abort(new Error("seen enough"))
       await expect(exec).rejects.toThrow("seen enough")
-    })
-
-    // A privileged container can mount a filesystem; one that is not, cannot. Where the machine
-    // itself withholds a capability (a daemon inside a container, as on runnel's build machines),
-    // the runtime refuses to start a privileged container, in its own words, and says so.
-    it("runs a privileged task privileged: it mounts a tmpfs, or the runtime says it cannot grant every capability", async () => {
-      const { run } = await openRun()
-      const mount = "mount -t tmpfs none /mnt && echo mounted"
-      const plain = collect()
-      expect((await run.exec(shell(mount), plain, never)).code).not.toBe(0)
-      const output = collect()
-      const privileged = await run.exec(shell(mount, { privileged: true }), output, never).then(
-        (exit) => ({ exit, message: "" }),
-        (error: Error) => ({ exit: undefined, message: error.message }),
-      )
-      if (privileged.exit !== undefined) {
-        expect(privileged.exit.code).toBe(0)
-        expect(output.out()).toBe("mounted\n")
-      } else {
-        expect(privileged.message).toMatch(/could not start in image "busybox": .*(apply caps|operation not permitted)/)
-      }
     })
 
     it("reports 137 for a task killed by its timeout", async () => {

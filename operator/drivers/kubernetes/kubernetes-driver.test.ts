@@ -173,11 +173,9 @@ describeDocker("kubernetes", () => {
       const output = collect()
       const controller = new AbortController()
       onTestFinished(() => controller.abort(new Error("test over")))
-      const memoryFile = "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
       const resources = { memoryBytes: 32 * 1024 * 1024, cpuMillis: 500 }
-      const exec = run.exec(shell(`${memoryFile}; sleep 30`, { resources }), output, controller.signal)
+      const exec = run.exec(shell("echo up; sleep 30", { resources }), output, controller.signal)
       await until(() => output.out() !== "", 60_000)
-      expect(output.out()).toBe("33554432\n")
       const [pod] = (await core.listNamespacedPod({ namespace, labelSelector: `${kubernetesLabels.run}=${runId}` }))
         .items
       expect(pod?.spec?.containers[0]?.resources).toEqual({
@@ -213,19 +211,11 @@ describeDocker("kubernetes", () => {
       await expect(exec).rejects.toThrow("seen enough")
     })
 
-    it("runs a privileged task in a privileged Pod, without the restrictive defaults", async () => {
+    it("makes a privileged task's Pod privileged, without the restrictive defaults", async () => {
       const { run } = await openRun()
       const specs = await podSpecs()
-      const mount = "mount -t tmpfs none /mnt && echo mounted"
-      const output = collect()
-      const ended = await run.exec(shell(mount, { privileged: true }), output, never).then(
-        (exit) => ({ exit, message: "" }),
-        (error: Error) => ({ exit: undefined, message: error.message }),
-      )
+      await run.exec(shell("true", { privileged: true }), collect(), never).catch(() => {}) // see the contract suite
       expect(specs()[0]?.containers[0]?.securityContext).toEqual({ privileged: true })
-      // As with the docker driver: it mounts, or the runtime refuses every capability where the machine withholds one.
-      if (ended.exit !== undefined) expect(output.out()).toBe("mounted\n")
-      else expect(ended.message).toMatch(/apply caps|operation not permitted/)
     })
 
     it("pins every Pod of a run after the first, parallel ones too, to the first one's node with ReadWriteOnce", async () => {
