@@ -174,7 +174,7 @@ describe("--metrics-port with authentication on", () => {
     expect(scraped.value("runnel_api_responses_total", { class: "2xx" })).toBe(1)
     const unknown = await fetch(`${metrics}/api/pipelines`, { headers: credentials })
     expect(unknown.status).toBe(404)
-    expect((await unknown.json()).error).toMatch(/this port serves only GET \/metrics/)
+    expect(((await unknown.json()) as { error: string }).error).toMatch(/this port serves only GET \/metrics/)
     const posted = await fetch(`${metrics}/metrics`, { method: "POST" })
     expect(posted.status).toBe(405)
     expect(posted.headers.get("allow")).toBe("GET, HEAD")
