@@ -150,6 +150,38 @@ describeDocker("GET /metrics of runnel server --metrics-port", () => {
   }, 120_000)
 })
 
+describe("runnel_run_queue_depth and runnel_runs", () => {
+  it("show runs waiting for a --max-in-flight slot while one runs, and none once all have run", async () => {
+    const server = await servers.start(["--max-in-flight", "1", "--metrics-port", "0"])
+    const metrics = metricsOf(server)
+    expect((await call(server.url, "PUT", "/api/pipelines/queued-runs", { content: script("sleep 3") })).status).toBe(
+      201,
+    )
+    for (let i = 0; i < 3; i++) {
+      expect((await call(server.url, "POST", "/api/pipelines/queued-runs/trigger")).status).toBe(202)
+    }
+    const busy = await eventually(
+      () => scrape(metrics),
+      (scraped) => scraped.value("runnel_run_queue_depth", { limit: "server" }) === 2,
+      "two runs wait for the one slot",
+    )
+    expect(busy.value("runnel_runs", { phase: "running" })).toBe(1)
+    expect(busy.value("runnel_runs", { phase: "queued" })).toBe(2)
+    const done = await eventually(
+      () => scrape(metrics),
+      (scraped) => scraped.value("runnel_runs", { phase: "success" }) === 3,
+      "all three runs succeed",
+    )
+    expect(done.value("runnel_run_queue_depth", { limit: "server" })).toBe(0)
+    expect(done.value("runnel_runs", { phase: "queued" })).toBe(0)
+    expect(done.value("runnel_run_duration_seconds_count", { outcome: "success" })).toBe(3)
+    // Each run slept 3 s: their durations are in the buckets above 1 s.
+    expect(done.value("runnel_run_duration_seconds_bucket", { outcome: "success", le: "1" })).toBe(0)
+    expect(done.value("runnel_run_duration_seconds_bucket", { outcome: "success", le: "30" })).toBe(3)
+    server.child.kill("SIGTERM")
+  }, 60_000)
+})
+
 describe("--metrics-port with authentication on", () => {
   it("serves /metrics on its own port without credentials, while the API's port keeps no /metrics and asks for them", async () => {
     const server = await servers.start([

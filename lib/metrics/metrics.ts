@@ -162,7 +162,10 @@ function apiMetrics(registry: Registry): ApiMetrics {
     registers: [registry],
   })
   const delivered = children((provider, outcome) => deliveries.labels(provider, outcome))
-  const byClass = ["1xx", "2xx", "3xx", "4xx", "5xx"].map((label) => responses.labels(label))
+  const classes = ["1xx", "2xx", "3xx", "4xx", "5xx"]
+  // Each class from 0, so that a ratio of 5xx to all answers has both sides before the first error.
+  for (const label of classes) responses.inc({ class: label }, 0)
+  const byClass = classes.map((label) => responses.labels(label))
   return {
     webhookDelivered: (provider, outcome) => delivered(provider, outcome).inc(),
     responded: (status) => byClass[Math.floor(status / 100) - 1]?.inc(),
