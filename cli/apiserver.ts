@@ -50,17 +50,13 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
     const store = await opening
     // The operator stores the server's --secret values; the API server only opens the store.
     secretStore = await openSecretBackend(settings, kubeConfig)
-    api = await configuredApiServer(
-      settings,
+    api = await configuredApiServer(settings, kubeConfig, {
       policy,
-      kubeConfig,
-      store,
-      secretStore,
-      () => front.phase === "draining",
-      {
-        ...(metrics === undefined ? {} : { metrics: metrics.api() }),
-      },
-    )
+      logs: store,
+      secrets: secretStore,
+      draining: () => front.phase === "draining",
+      ...(metrics === undefined ? {} : { metrics: metrics.api() }),
+    })
     front.ready(api.callback)
     if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)
     process.stdout.write(
@@ -85,34 +81,31 @@ export function accessPolicy(api: ApiSettings): AccessPolicy {
 /** The API server of the settings, with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */
 export function configuredApiServer(
   settings: RoleSettings & { readonly api: ApiSettings },
-  policy: AccessPolicy,
   kubeConfig: KubeConfig,
-  logs: LogStore,
-  secrets: SecretStore,
-  draining: () => boolean,
-  shared: {
+  parts: {
+    policy: AccessPolicy
+    logs: LogStore
+    secrets: SecretStore
+    /** True once the process shuts down. */
+    draining: () => boolean
     /** The embedded API's annotation of who changed an object (runnel server). */
     authorAnnotation?: string
     /** One count of failed credentials for the API and /k8s (runnel server). */
     failures?: FailureCounter
     /** The process's metrics, with --metrics-port. */
     metrics?: ApiMetrics
-  } = {},
+  },
 ): ReturnType<typeof startApiServer> {
   return startApiServer({
-    ...shared,
+    ...parts,
     kubeConfig,
     namespace: settings.namespace,
-    logs,
-    secrets,
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers === "*" ? drivers.names() : settings.allowedDrivers,
     features: settings.features,
     ...settings.api,
-    draining,
     authenticate: authenticator(settings.api.auth),
     authMode: settings.api.auth.mode,
-    policy,
     ...loginOf(settings.api.auth),
     log: processLog(),
     // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).

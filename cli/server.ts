@@ -101,19 +101,15 @@ export async function server(settings: ServerSettings): Promise<void> {
     const store = await opening
     secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore, metrics?.operator())
-    apiServer = await configuredApiServer(
-      settings,
+    apiServer = await configuredApiServer(settings, kubeConfig, {
       policy,
-      kubeConfig,
-      store,
-      secretStore,
-      () => front.phase === "draining",
-      {
-        ...(serving ? { authorAnnotation: changedByAnnotation } : {}),
-        failures,
-        ...(metrics === undefined ? {} : { metrics: metrics.api() }),
-      },
-    )
+      logs: store,
+      secrets: secretStore,
+      draining: () => front.phase === "draining",
+      failures,
+      ...(serving ? { authorAnnotation: changedByAnnotation } : {}),
+      ...(metrics === undefined ? {} : { metrics: metrics.api() }),
+    })
     front.ready(apiServer.callback)
     if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)
     if (tls?.authority !== undefined) {

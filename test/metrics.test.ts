@@ -62,6 +62,10 @@ async function scrape(metricsUrl: string): Promise<Scrape> {
   }
 }
 
+/** Scrapes until `holds` (the gauges follow the operator's cache, the histograms the runs' ends). */
+const scrapeUntil = (metricsUrl: string, holds: (scraped: Scrape) => boolean, what: string) =>
+  eventually(() => scrape(metricsUrl), holds, what)
+
 const metricsOf = (server: ServerProcess) => {
   const url = metricsLine.exec(server.stdout())?.[1]
   if (url === undefined) throw new Error(`no metrics line in ${server.stdout()}`)
@@ -99,8 +103,8 @@ describeDocker("GET /metrics of runnel server --metrics-port", () => {
     expect((await deliver("no-such-pipeline", { "X-GitHub-Event": "push" })).status).toBe(404)
 
     // The webhook's run ends after its answer; the gauges follow the operator's cache.
-    const after = await eventually(
-      () => scrape(metrics),
+    const after = await scrapeUntil(
+      metrics,
       (scraped) => scraped.value("runnel_runs", { phase: "success" }) === 2,
       "both runs show as succeeded",
     )
@@ -160,15 +164,15 @@ describe("runnel_run_queue_depth and runnel_runs", () => {
     for (let i = 0; i < 3; i++) {
       expect((await call(server.url, "POST", "/api/pipelines/queued-runs/trigger")).status).toBe(202)
     }
-    const busy = await eventually(
-      () => scrape(metrics),
+    const busy = await scrapeUntil(
+      metrics,
       (scraped) => scraped.value("runnel_run_queue_depth", { limit: "server" }) === 2,
       "two runs wait for the one slot",
     )
     expect(busy.value("runnel_runs", { phase: "running" })).toBe(1)
     expect(busy.value("runnel_runs", { phase: "queued" })).toBe(2)
-    const done = await eventually(
-      () => scrape(metrics),
+    const done = await scrapeUntil(
+      metrics,
       (scraped) => scraped.value("runnel_runs", { phase: "success" }) === 3,
       "all three runs succeed",
     )
@@ -242,8 +246,8 @@ describe("runnel operator and runnel apiserver --metrics-port", () => {
         (await call(apiserver.url, "PUT", "/api/pipelines/split-roles", { content: script("echo split") })).status,
       ).toBe(201)
       expect((await runToEnd(apiserver.url, "split-roles")).run.status).toBe("success")
-      const operatorSeries = await eventually(
-        () => scrape(operator.url),
+      const operatorSeries = await scrapeUntil(
+        operator.url,
         (scraped) => scraped.value("runnel_run_duration_seconds_count", { outcome: "success" }) === 1,
         "the operator counts the run",
       )
