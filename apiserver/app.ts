@@ -89,9 +89,7 @@ export type ApiServerDeps = {
 /** The REST API under /api and the web UI at / as a Koa app; `app.callback()` is a node:http handler. */
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
-  const metrics = deps.metrics
-  if (metrics !== undefined) app.use(countResponses(metrics))
-  app.use(errorRenderer(deps.log))
+  app.use(errorRenderer(deps.log, deps.metrics?.responded))
   if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
   // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
   // One count of failures for the login and the API: a guesser cannot switch doors.
@@ -136,17 +134,6 @@ function lazyMcp(deps: McpEndpointDeps): Middleware {
     if (ctx.path !== "/mcp") return next()
     endpoint ??= import("./mcp/mcp-endpoint.ts").then(({ mcpEndpoint }) => mcpEndpoint(deps))
     return (await endpoint)(ctx, next)
-  }
-}
-
-/** Counts every answer by its status, as the error renderer (inside it) left it. */
-function countResponses(metrics: ApiMetrics): Middleware {
-  return async (ctx, next) => {
-    try {
-      await next()
-    } finally {
-      metrics.responded(ctx.status)
-    }
   }
 }
 

@@ -38,7 +38,8 @@ export const defaultMaxAgeMs = 5 * 60_000
 
 /** The provider whose header `request` carries (detection reads headers alone); generic when none. Never throws. */
 export function providerOf(request: Pick<IncomingWebhook, "headers">): WebhookProvider {
-  return webhookProviders.find((candidate) => candidate.matches(request)) ?? generic
+  for (const provider of webhookProviders) if (provider.matches(request)) return provider
+  return generic
 }
 
 /** The provider that sent `request` and its event type ("" when the request does not say). Never throws. */
