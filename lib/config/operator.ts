@@ -254,7 +254,7 @@ export const metricsPortFlag: FlagSpec = {
   name: "metrics-port",
   value: "PORT",
   description:
-    "serve Prometheus metrics at GET /metrics on this port too (0 takes a free one), on the address of --host and without authentication, so keep the port where only the scraper reaches it; off without it",
+    "serve Prometheus metrics at GET /metrics on a port of their own (0 takes a free one), on the address of --host and without authentication, so keep the port where only the scraper reaches it; off without it",
 }
 
 /** `runnel operator` serves nothing but its metrics: its flags, and where --metrics-port listens. */
