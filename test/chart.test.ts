@@ -118,6 +118,23 @@ describe("the Helm chart charts/runnel (static checks)", () => {
     for (const flag of authFlags) expect(known.has(envName(flag))).toBe(true)
   })
 
+  it("serves Prometheus metrics on a port named metrics, annotated for scrapers, when metrics.enabled", () => {
+    expect(valueAt(["metrics"])).toEqual({ enabled: true, port: 9090 })
+    const service = read(chart, "templates", "service.yaml")
+    const metricsBlock = /\{\{- if \.Values\.metrics\.enabled \}\}(.*?)\{\{- end \}\}/gs
+    const blocks = (text: string) => [...text.matchAll(metricsBlock)].map((match) => match[1] ?? "")
+    const inDeployment = blocks(deployment).join("\n")
+    expect(inDeployment).toContain("- --metrics-port={{ .Values.metrics.port }}")
+    expect(inDeployment).toMatch(/- name: metrics\n\s+containerPort: \{\{ \.Values\.metrics\.port \}\}/)
+    const inService = blocks(service).join("\n")
+    expect(inService).toMatch(/- name: metrics\n\s+port: \{\{ \.Values\.metrics\.port \}\}\n\s+targetPort: metrics/)
+    for (const block of [inDeployment, inService]) {
+      expect(block).toContain('prometheus.io/scrape: "true"')
+      expect(block).toContain("prometheus.io/port: {{ .Values.metrics.port | quote }}")
+      expect(block).toContain("prometheus.io/path: /metrics")
+    }
+  })
+
   it("runs the image's numeric user, who owns the volume (fsGroup), without privilege escalation", () => {
     const user = /^USER (\d+):(\d+)$/m.exec(read(root, "image", "Dockerfile"))
     expect(user?.slice(1)).toEqual(["65532", "65532"])

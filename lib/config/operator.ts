@@ -257,6 +257,24 @@ export const operatorFlags: readonly FlagSpec[] = [
   },
 ]
 
+/** `--metrics-port` of every serving role (docs/operations.md, "What to watch"). */
+export const metricsPortFlag: FlagSpec = {
+  name: "metrics-port",
+  value: "PORT",
+  description:
+    "serve Prometheus metrics at GET /metrics on a port of their own (0 takes a free one), on the address of --host and without authentication, so keep the port where only the scraper reaches it; off without it",
+}
+
+/** `runnel operator` serves nothing but its metrics: its flags, and where --metrics-port listens. */
+export const operatorCommandFlags: readonly FlagSpec[] = [
+  ...operatorFlags,
+  metricsPortFlag,
+  { name: "host", value: "HOST", defaultValue: "127.0.0.1", description: "address --metrics-port serves on" },
+]
+
+/** Where a role serves /metrics. */
+export type MetricsSettings = { readonly port: number; readonly host: string }
+
 /** What the operator and the API server both read: where the resources are, the drivers, the stores, the features. */
 export type RoleSettings = {
   readonly kube: KubeSource
@@ -277,6 +295,8 @@ export type RoleSettings = {
   readonly features: readonly Feature[]
   /** The environment the drivers read: the Docker host, the PATH of native tasks. */
   readonly host: HostEnvironment
+  /** `--metrics-port` and `--host`: absent, the process serves no metrics and records none. */
+  readonly metrics?: MetricsSettings
 }
 
 /** The operator's settings, checked; each part gets its slice. */
@@ -308,7 +328,9 @@ export function operatorSettings(
   driverNames: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
 ): OperatorSettings {
-  return deepFreeze(operatorPart(readFlags(operatorFlags, cli, env), "operator", driverNames, hostEnvironment(env)))
+  return deepFreeze(
+    operatorPart(readFlags(operatorCommandFlags, cli, env), "operator", driverNames, hostEnvironment(env)),
+  )
 }
 
 /** The operator's part of `flags` (also `runnel server`'s): a bad value is a 400 naming its flag. */
@@ -406,7 +428,19 @@ export function rolePart(
     host,
   }
   const kube = kubeSource(role, flags.kubeconfig === undefined ? undefined : String(flags.kubeconfig), host)
-  return { kube, ...settings }
+  const metrics = metricsPart(flags)
+  return { kube, ...settings, ...(metrics === undefined ? {} : { metrics }) }
+}
+
+/** --metrics-port on --host, when given; it cannot be the --port the API serves on. */
+function metricsPart(flags: FlagValues): MetricsSettings | undefined {
+  const given = flags["metrics-port"]
+  if (given === undefined || given === "") return undefined
+  const port = given === "0" ? 0 : parsePositiveInt(String(given), "metrics-port")
+  if (port !== 0 && flags.port === String(port)) {
+    throw badRequest(`--metrics-port ${port} is the --port the API serves on; choose another port for the metrics`)
+  }
+  return { port, host: String(flags.host) }
 }
 
 /** `--allowed-drivers` as given: names, or `*`. */

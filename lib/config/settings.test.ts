@@ -22,6 +22,23 @@ describe("settings per role", () => {
     expect(Object.isFrozen(settings.host)).toBe(true)
   })
 
+  it("serve metrics only with --metrics-port, on --host, for every serving role", () => {
+    expect(serverSettings({}, drivers, env).metrics).toBeUndefined()
+    expect(serverSettings({ metricsPort: "9090", host: "0.0.0.0" }, drivers, env).metrics).toEqual({
+      port: 9090,
+      host: "0.0.0.0",
+    })
+    expect(apiserverSettings({}, drivers, { ...env, CI_METRICS_PORT: "0" }).metrics).toEqual({
+      port: 0,
+      host: "127.0.0.1",
+    })
+    expect(operatorSettings({ metricsPort: "9091" }, drivers, env).metrics).toEqual({ port: 9091, host: "127.0.0.1" })
+    expect(() => serverSettings({ metricsPort: "nine" }, drivers, env)).toThrow(/--metrics-port/)
+    expect(() => serverSettings({ metricsPort: "8080" }, drivers, env)).toThrow(
+      /--metrics-port 8080 is the --port the API serves on/,
+    )
+  })
+
   it("read a flag, then its CI_* variable, then the default", () => {
     expect(serverSettings({ port: "9000" }, drivers, { ...env, CI_PORT: "9001" }).http.port).toBe(9000)
     expect(serverSettings({}, drivers, { ...env, CI_PORT: "9001" }).http.port).toBe(9001)
