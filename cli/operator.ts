@@ -4,6 +4,7 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { OperatorMetrics } from "../lib/metrics/metrics.ts"
 import { runSecrets, type SecretStore } from "../lib/secrets/secret-store.ts"
+import { refusePrivileged } from "../operator/drivers/refuse-privileged.ts"
 import { type Operator, startOperator } from "../operator/operator.ts"
 import { drivers } from "./drivers.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
@@ -42,6 +43,9 @@ export async function operator(settings: OperatorSettings): Promise<void> {
   })
 }
 
+const privilegedHint =
+  "start runnel server (or runnel operator) with --allow-privileged-tasks (CI_ALLOW_PRIVILEGED_TASKS=true) to allow it"
+
 /** The composition of the operator role: the registry's drivers, the secret store, the settings' limits. */
 export function startConfiguredOperator(
   settings: OperatorSettings,
@@ -63,14 +67,15 @@ export function startConfiguredOperator(
       settings.schedules.mode === "cronjob"
         ? { image: settings.schedules.image, serviceAccount: settings.schedules.serviceAccount }
         : undefined,
-    drivers: async (name, config) =>
-      (
-        await drivers.get(name).load(settings.host, {
-          kubeConfig,
-          namespace: settings.namespace,
-          taskVolumes: settings.taskVolumes,
-        })
-      ).create(config),
+    drivers: async (name, config) => {
+      const factory = await drivers.get(name).load(settings.host, {
+        kubeConfig,
+        namespace: settings.namespace,
+        taskVolumes: settings.taskVolumes,
+      })
+      const driver = factory.create(config)
+      return settings.allowPrivilegedTasks ? driver : refusePrivileged(driver, privilegedHint)
+    },
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,
     maxInFlight: settings.maxInFlight,

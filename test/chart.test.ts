@@ -82,10 +82,24 @@ describe("the Helm chart charts/runnel (static checks)", () => {
   it("passes runnel server only flags it accepts", () => {
     const args = [...deployment.matchAll(/^\s+- (--[a-z0-9-]+)(?:=|$)/gm)].map((match) => match[1] ?? "")
     expect(args).toEqual(
-      expect.arrayContaining(["--host", "--driver", "--allowed-features", "--schedules-mode", "--task-volume-size"]),
+      expect.arrayContaining([
+        "--host",
+        "--driver",
+        "--allowed-features",
+        "--schedules-mode",
+        "--task-volume-size",
+        "--allow-privileged-tasks",
+      ]),
     )
     for (const arg of args) expect(flagNamed(arg.slice(2)), `runnel server accepts ${arg}`).toBeDefined()
     expect(deployment).toMatch(/args:\n\s+- server\n/)
+  })
+
+  it("passes --allow-privileged-tasks only when server.allowPrivilegedTasks is set, off by default", () => {
+    expect(valueAt(["server", "allowPrivilegedTasks"])).toBe(false)
+    expect(deployment).toMatch(
+      /\{\{- if \.Values\.server\.allowPrivilegedTasks \}\}\n\s+- --allow-privileged-tasks\n\s+\{\{- end \}\}\n/,
+    )
   })
 
   it("sets only CI_* variables of runnel server's flags: every authentication flag, from the existing Secret", () => {

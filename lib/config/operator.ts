@@ -26,6 +26,13 @@ export const mockImageFlag: FlagSpec = {
     "YAML pipelines: the image with a POSIX shell that stands for a mock resource's mirror_self image and runs runnel's small file tasks",
 }
 
+/** Whether a task may ask for a privileged container (runner and operator). */
+export const allowPrivilegedTasksFlag: FlagSpec = {
+  name: "allow-privileged-tasks",
+  description:
+    "let tasks ask for privileged: true (runtime.run, YAML task steps): root on the Docker host or Kubernetes node; refused by default",
+}
+
 /** What a script's fetch(), notifications and native git may reach (runner and operator). */
 export const networkFlags: readonly FlagSpec[] = [
   {
@@ -202,6 +209,7 @@ export const operatorFlags: readonly FlagSpec[] = [
   },
   mockImageFlag,
   ...networkFlags,
+  allowPrivilegedTasksFlag,
   {
     name: "schedules-mode",
     value: "MODE",
@@ -304,6 +312,8 @@ export type OperatorSettings = RoleSettings & {
   readonly schedules: { readonly mode: "timer" | "cronjob"; readonly image: string; readonly serviceAccount: string }
   /** The kubernetes driver's PersistentVolumeClaims: a run's volumes and YAML caches. */
   readonly taskVolumes: TaskVolumeSettings
+  /** `--allow-privileged-tasks`: without it a task asking for `privileged` ends in error. */
+  readonly allowPrivilegedTasks: boolean
 }
 
 export type TaskVolumeSettings = {
@@ -349,6 +359,7 @@ export function operatorPart(
       serviceAccount: String(flags["schedules-service-account"]),
     },
     taskVolumes: taskVolumesPart(flags),
+    allowPrivilegedTasks: parseSwitch(flags["allow-privileged-tasks"] as string | undefined, "allow-privileged-tasks"),
   }
 }
 

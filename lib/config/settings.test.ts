@@ -211,6 +211,16 @@ describe("settings per role", () => {
     )
   })
 
+  it("refuse privileged tasks unless --allow-privileged-tasks or its variable allows them", () => {
+    expect(serverSettings({}, drivers, env).allowPrivilegedTasks).toBe(false)
+    expect(serverSettings({ allowPrivilegedTasks: true }, drivers, env).allowPrivilegedTasks).toBe(true)
+    expect(operatorSettings({}, drivers, { ...env, CI_ALLOW_PRIVILEGED_TASKS: "1" }).allowPrivilegedTasks).toBe(true)
+    expect(runnerSettings({ allowPrivilegedTasks: true }, drivers, env).allowPrivilegedTasks).toBe(true)
+    expect(() => serverSettings({}, drivers, { ...env, CI_ALLOW_PRIVILEGED_TASKS: "yes" })).toThrow(
+      '--allow-privileged-tasks is a switch; its variable CI_ALLOW_PRIVILEGED_TASKS is true, 1, false or 0, not "yes"',
+    )
+  })
+
   it("give a client its URL without credentials and its Authorization header", () => {
     const home = { HOME: "/nonexistent" }
     expect(clientSettings({ serverUrl: "http://me:pw@host:8080/" }, home)).toMatchObject({
