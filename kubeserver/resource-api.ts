@@ -308,7 +308,7 @@ export class ResourceApi {
     options: DeleteOptions = {},
     author?: string,
   ) {
-    const old = this.#recordAuthor(structuredClone(this.get(type, namespace, name)), author)
+    const old = this.#recordAuthor(this.get(type, namespace, name), author)
     const policy = propagationPolicy(options)
     const { uid, resourceVersion } = options.preconditions ?? {}
     if (uid !== undefined && uid !== old.metadata.uid) {
@@ -635,8 +635,9 @@ export class ResourceApi {
     const warnings = this.#pruneUnknown(type, incoming, options)
     let next: KubeObject
     if (options.subresource === "status") {
-      // A status write changes the status and nothing else.
-      next = structuredClone(old)
+      // A status write changes the status and nothing else. `old` is this request's own copy (the store
+      // parses each read), so the rest is shared, not cloned: canonical() below copies what is stored.
+      next = { ...old }
       if (incoming.status === undefined) delete next.status
       else next.status = incoming.status
     } else {
@@ -660,7 +661,7 @@ export class ResourceApi {
       if (type.statusSubresource) {
         // A write to the main resource leaves the status as it was.
         if (old.status === undefined) delete next.status
-        else next.status = structuredClone(old.status)
+        else next.status = old.status
       }
       if (type === secretType) normaliseSecret(next)
     }
