@@ -668,7 +668,8 @@ export class ResourceApi {
     applyDefaults(next, type.schema)
     this.#validate(type, next, old)
     if (type.custom && specChanged(type, old, next)) next.metadata.generation = (old.metadata.generation ?? 0) + 1
-    const final = canonical(next)
+    // A status write copies only the status: the rest is the stored object's, in canonical order already.
+    const final = options.subresource === "status" ? canonicalTop(next, "status") : canonical(next)
     if (deepEqual(final, old)) return { object: old, warnings }
     if (options.dryRun === true) return { object: final, warnings }
     const resource = storageResource(type)
@@ -708,6 +709,16 @@ function specChanged(type: ResourceType, old: KubeObject, next: KubeObject): boo
     return rest
   }
   return !deepEqual(strip(old), strip(next))
+}
+
+/** `object` with its top-level keys sorted and only `field` copied canonically; the rest is shared. */
+function canonicalTop(object: KubeObject, field: string): KubeObject {
+  const out: Record<string, unknown> = {}
+  for (const key of Object.keys(object).sort()) {
+    const value = (object as Record<string, unknown>)[key]
+    if (value !== undefined) out[key] = key === field ? canonical(value) : value
+  }
+  return out as KubeObject
 }
 
 function withFinalizers(object: KubeObject, finalizers: string[]): KubeObject {
