@@ -294,7 +294,10 @@ export class ResourceApi {
       if (error.status === 400) throw badRequest(error.message)
       throw new KubeStatusError(422, "Invalid", error.message)
     }
-    const object = this.#decode(type, patched)
+    // A JSON patch works on its own copy; a status write keeps only the patched status, whose merge made
+    // new objects where it changed and shares the rest with `old`, this request's own parse of the stored
+    // object. Otherwise a merge patch shares parts with `old` that the write's strategy changes in place.
+    const object = this.#decode(type, patched, patchType === "json" || options.subresource === "status")
     // A patch is unconditional unless it names a resourceVersion itself.
     if (object.metadata.resourceVersion === undefined) object.metadata.resourceVersion = old.metadata.resourceVersion
     return this.#commit(type, old, object, options)
@@ -519,9 +522,10 @@ export class ResourceApi {
   }
 
   /** The request body as an object of this type: a JSON object with matching apiVersion and kind and an object `metadata`. */
-  #decode(type: ResourceType, body: unknown): KubeObject {
+  /** `owned`: the body is this write's to change, so it is not copied first. */
+  #decode(type: ResourceType, body: unknown, owned = false): KubeObject {
     if (!isObject(body)) throw badRequest(`the body of the request must be a ${type.kind} object`)
-    const object = structuredClone(body)
+    const object = owned ? body : structuredClone(body)
     if (object.apiVersion !== undefined && object.apiVersion !== type.apiVersion) {
       throw badRequest(
         `the API version in the data (${String(object.apiVersion)}) does not match the expected API version (${type.apiVersion})`,
