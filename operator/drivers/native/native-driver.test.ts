@@ -331,7 +331,9 @@ describe("native driver", () => {
     await mkdir(join(dead, "groups"), { recursive: true })
     await writeFile(join(dead, "owner"), `${hostname()}:${await deadPid()}`)
     const { leader, background } = await orphanGroup()
-    onTestFinished(() => process.kill(-leader, "SIGKILL"))
+    onTestFinished(() => {
+      process.kill(-leader, "SIGKILL")
+    })
     const [boot, started] = groupRecord(leader).split(" ")
     await writeFile(join(dead, "groups", String(leader)), `${boot} ${Number(started) - 1}`)
     await factory.create({}).removeLeftovers()
