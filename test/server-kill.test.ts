@@ -101,3 +101,76 @@ describe("runnel server killed with SIGKILL, then started again on the same stor
     await kill(second)
   }, 120_000)
 })
+
+describe("runnel server killed with SIGKILL in the middle of a webhook burst", () => {
+  const secret = "whsec-kill-test-7d2e"
+  const body = JSON.stringify({ ref: "refs/heads/main", repository: { full_name: "runnel/kill" } })
+  const headers = {
+    "Content-Type": "application/json",
+    "X-GitHub-Event": "push",
+    "X-Hub-Signature-256": `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`,
+  }
+
+  it("finishes, after the restart, the run of every webhook it answered, each task having run once", async () => {
+    const db = join(servers.dir, "burst.db")
+    const file = join(servers.dir, "burst.marks")
+    const maxInFlight = 10
+    const flags = ["--storage-sqlite-path", db, "--max-queue-size", "1000", "--max-in-flight", String(maxInFlight)]
+    const first = await servers.start(flags)
+    const put = await call(first.url, "PUT", "/api/pipelines/burst", {
+      content: marking(file, 0.3),
+      webhook_secret: secret,
+    })
+    expect(put.status).toBe(201)
+
+    const sent = 120
+    const killAfter = 40
+    const accepted: string[] = []
+    let next = 0
+    let killing: Promise<void> | undefined
+    const sender = async () => {
+      while (next < sent) {
+        next++
+        // The kill cuts requests in flight: those were never answered, so nothing is promised about them.
+        const answer = await fetch(`${first.url}/api/webhooks/burst`, { method: "POST", headers, body }).catch(
+          () => undefined,
+        )
+        if (answer === undefined) continue
+        const text = await answer.text().catch(() => undefined)
+        if (text === undefined) continue
+        expect([200, 202], text).toContain(answer.status)
+        accepted.push(JSON.parse(text).run_id)
+        if (accepted.length === killAfter) killing ??= kill(first)
+      }
+    }
+    await Promise.all(Array.from({ length: 16 }, sender))
+    await killing
+    expect(accepted.length).toBeGreaterThanOrEqual(killAfter)
+    expect(accepted.length, "the kill cut the burst short").toBeLessThan(sent)
+
+    const second = await servers.start(flags)
+    for (const id of accepted) expect((await finalRun(second.url, id)).body.status, id).toBe("success")
+    // Runs whose webhook was cut before its answer may exist too, but never more runs than webhooks sent.
+    const runs = await call(second.url, "GET", "/api/runs?pipeline_id=burst&per_page=1")
+    expect(runs.body.total_items).toBeGreaterThanOrEqual(new Set(accepted).size)
+    expect(runs.body.total_items).toBeLessThanOrEqual(sent)
+    expect(new Set(accepted).size).toBe(accepted.length)
+
+    const executions = executionsByRun(file)
+    const again: string[] = []
+    for (const id of accepted) {
+      const starts = (executions.get(id) ?? []).filter((mark) => mark.kind === "start").length
+      expect(
+        (executions.get(id) ?? []).some((mark) => mark.kind === "end"),
+        `run ${id}'s task ended`,
+      ).toBe(true)
+      if (starts > 1) again.push(id)
+      expect(starts, `run ${id}'s task`).toBeLessThanOrEqual(2)
+    }
+    // A task runs again only if the kill caught it running (or between its end and the record of it):
+    // at most --max-in-flight runs execute at once. Finished runs and queued ones never run again.
+    console.log(`${accepted.length} answered of ${sent}; tasks run again after the restart: ${again.length}`)
+    expect(again.length).toBeLessThanOrEqual(maxInFlight)
+    await kill(second)
+  }, 240_000)
+})
