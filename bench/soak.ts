@@ -43,10 +43,10 @@ const senders = 16
 const final = ["success", "failure", "error", "aborted"]
 
 const pipelines = {
-  rest: "export const pipeline = async () => {\n  console.log(`soak ${pipelineContext.runID}`)\n}\n",
+  rest: 'export const pipeline = async () => {\n  console.log("soak", pipelineContext.runID)\n}\n',
   hook: `export const pipeline = async () => {
   http.respond({ status: 200, body: { run_id: pipelineContext.runID } })
-  console.log(\`soak \${pipelineContext.runID}\`)
+  console.log("soak", pipelineContext.runID)
 }
 `,
   docker: `export const pipeline = async () => {
