@@ -326,6 +326,26 @@ describe("native driver", () => {
     expect(await readdir(workRoot)).not.toContain("killed-owner-00000000")
   })
 
+  it("kills what is left of a recorded group whose leader has ended", async () => {
+    const dead = join(workRoot, "leaderless-owner-00000000")
+    await mkdir(join(dead, "groups"), { recursive: true })
+    await writeFile(join(dead, "owner"), `${hostname()}:${await deadPid()}`)
+    const leader = spawn("sh", ["-c", "sleep 100 & echo $!"], { detached: true, stdio: ["ignore", "pipe", "ignore"] })
+    const exited = new Promise((resolve) => leader.once("exit", resolve))
+    const printed = new Promise<number>((resolve) =>
+      leader.stdout.once("data", (chunk) => resolve(Number(String(chunk).trim()))),
+    )
+    // Recorded as the driver does: at once, while the leader cannot have been reaped yet.
+    const record = groupRecord(leader.pid ?? 0)
+    await writeFile(join(dead, "groups", String(leader.pid)), record)
+    const background = await printed
+    await exited
+    expect(await readFile(`/proc/${background}/stat`, "utf8")).toMatch(/\) [^Z] /)
+    await factory.create({}).removeLeftovers()
+    expect(await running(background)).toBe(false)
+    expect(await readdir(workRoot)).not.toContain("leaderless-owner-00000000")
+  })
+
   it("leaves alone a recorded group whose leader started at another time: its pid was recycled", async () => {
     const dead = join(workRoot, "recycled-owner-00000000")
     await mkdir(join(dead, "groups"), { recursive: true })
@@ -337,7 +357,7 @@ describe("native driver", () => {
     const [boot, started] = groupRecord(leader).split(" ")
     await writeFile(join(dead, "groups", String(leader)), `${boot} ${Number(started) - 1}`)
     await factory.create({}).removeLeftovers()
-    expect(await readFile(`/proc/${background}/stat`, "utf8")).toMatch(/\) S /)
+    expect(await readFile(`/proc/${background}/stat`, "utf8")).toMatch(/\) [^Z] /)
     expect(await readdir(workRoot)).not.toContain("recycled-owner-00000000")
   })
 
