@@ -111,7 +111,7 @@ describe("runnel server killed with SIGKILL in the middle of a webhook burst", (
     "X-Hub-Signature-256": `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`,
   }
 
-  it("finishes, after the restart, the run of every webhook it answered, each task having run once", async () => {
+  it("finishes, after the restart, the run of every webhook it answered, running again only tasks the kill caught", async () => {
     const db = join(servers.dir, "burst.db")
     const file = join(servers.dir, "burst.marks")
     const maxInFlight = 10
