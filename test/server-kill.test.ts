@@ -1,5 +1,5 @@
 import { createHmac } from "node:crypto"
-import { existsSync, readFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
@@ -9,6 +9,10 @@ import { call, eventually, type ServerProcess, serverProcesses } from "./server-
 
 const servers = serverProcesses("runnel-server-kill-test-")
 afterAll(() => servers.cleanUp())
+// The servers inherit a work root of their own (the native driver's is $TMPDIR/runnel): a runnel of
+// another checkout on this machine, started meanwhile, would remove a killed server's run directory
+// without killing its task, and the kill of the orphan would not be this code's.
+process.env.TMPDIR = mkdtempSync(join(servers.dir, "tmp-"))
 
 const final = ["success", "failure", "error", "aborted"]
 const finalRun = (base: string, id: string, timeoutMs = 90_000) =>
@@ -27,12 +31,13 @@ async function kill(server: ServerProcess): Promise<void> {
 }
 
 /**
- * A pipeline whose one native task appends `start <run> <pid>` to `file`, sleeps, then appends `end <run> <pid>`;
+ * A pipeline whose one native task appends `start <run> <pid>` to `file`, sleeps (`first` seconds in
+ * its run's first execution, `again` in a later one), then appends `end <run> <pid>`;
  * from a webhook it answers first, with its run id.
  */
-const marking = (file: string, seconds: number) => `export const pipeline = async () => {
+const marking = (file: string, first: number, again: number) => `export const pipeline = async () => {
   if (http.request() !== undefined) http.respond({ status: 200, body: { run_id: pipelineContext.runID } })
-  const shell = 'echo "start $RUN $$" >> ${file}; sleep ${seconds}; echo "end $RUN $$" >> ${file}'
+  const shell = 'echo "start $RUN $$" >> ${file}; if [ "$(grep -c "^start $RUN " ${file})" = 1 ]; then sleep ${first}; else sleep ${again}; fi; echo "end $RUN $$" >> ${file}'
   await runtime.run({ name: "mark", image: "busybox", command: { path: "sh", args: ["-c", shell] }, env: { RUN: pipelineContext.runID } })
 }
 `
@@ -79,7 +84,7 @@ describe("runnel server killed with SIGKILL, then started again on the same stor
     const db = join(servers.dir, "native-orphan.db")
     const file = join(servers.dir, "native-orphan.marks")
     const first = await servers.start(["--storage-sqlite-path", db])
-    expect((await call(first.url, "PUT", "/api/pipelines/orphan", { content: marking(file, 4) })).status).toBe(201)
+    expect((await call(first.url, "PUT", "/api/pipelines/orphan", { content: marking(file, 60, 0) })).status).toBe(201)
     const trigger = await call(first.url, "POST", "/api/pipelines/orphan/trigger")
     expect(trigger.status).toBe(202)
     const [orphan] = await eventually(
@@ -118,7 +123,7 @@ describe("runnel server killed with SIGKILL in the middle of a webhook burst", (
     const flags = ["--storage-sqlite-path", db, "--max-queue-size", "1000", "--max-in-flight", String(maxInFlight)]
     const first = await servers.start(flags)
     const put = await call(first.url, "PUT", "/api/pipelines/burst", {
-      content: marking(file, 0.3),
+      content: marking(file, 0.3, 0.3),
       webhook_secret: secret,
     })
     expect(put.status).toBe(201)
