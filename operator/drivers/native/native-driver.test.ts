@@ -71,6 +71,14 @@ async function deadPid(): Promise<number> {
   return child.pid ?? 0
 }
 
+/** A run directory, with its `groups` directory, whose owner has died. */
+async function deadOwnersRunDir(name: string): Promise<string> {
+  const dir = join(workRoot, name)
+  await mkdir(join(dir, "groups"), { recursive: true })
+  await writeFile(join(dir, "owner"), `${hostname()}:${await deadPid()}`)
+  return dir
+}
+
 /** A process group of its own, as a task's, with a process in the background: both pids. */
 async function orphanGroup(): Promise<{ leader: number; background: number }> {
   const child = spawn("sh", ["-c", "sleep 100 & echo $!; sleep 100"], {
@@ -317,9 +325,7 @@ describe("native driver", () => {
   })
 
   it("kills the process groups a dead owner's tasks left running before removing its run directory", async () => {
-    const dead = join(workRoot, "killed-owner-00000000")
-    await mkdir(join(dead, "groups"), { recursive: true })
-    await writeFile(join(dead, "owner"), `${hostname()}:${await deadPid()}`)
+    const dead = await deadOwnersRunDir("killed-owner-00000000")
     const { leader, background } = await orphanGroup()
     await writeFile(join(dead, "groups", String(leader)), groupRecord(leader))
     await factory.create({}).removeLeftovers()
@@ -329,9 +335,7 @@ describe("native driver", () => {
   })
 
   it("kills what is left of a recorded group whose leader has ended", async () => {
-    const dead = join(workRoot, "leaderless-owner-00000000")
-    await mkdir(join(dead, "groups"), { recursive: true })
-    await writeFile(join(dead, "owner"), `${hostname()}:${await deadPid()}`)
+    const dead = await deadOwnersRunDir("leaderless-owner-00000000")
     const leader = spawn("sh", ["-c", "sleep 100 & echo $!"], { detached: true, stdio: ["ignore", "pipe", "ignore"] })
     const exited = new Promise((resolve) => leader.once("exit", resolve))
     const printed = new Promise<number>((resolve) =>
@@ -349,9 +353,7 @@ describe("native driver", () => {
   })
 
   it("leaves alone a recorded group whose leader started at another time: its pid was recycled", async () => {
-    const dead = join(workRoot, "recycled-owner-00000000")
-    await mkdir(join(dead, "groups"), { recursive: true })
-    await writeFile(join(dead, "owner"), `${hostname()}:${await deadPid()}`)
+    const dead = await deadOwnersRunDir("recycled-owner-00000000")
     const { leader, background } = await orphanGroup()
     onTestFinished(() => {
       process.kill(-leader, "SIGKILL")
