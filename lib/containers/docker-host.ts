@@ -385,7 +385,7 @@ export class UnknownHostError extends Error {
  * copies every chunk into a buffer it joins and re-cuts: at pipe speed that made
  * ≈90 MiB of garbage buffers the collector freed only late (measured, 200 MB task).
  */
-function demuxer(output: OutputSink): (chunk: Buffer) => void {
+export function demuxer(output: OutputSink): (chunk: Buffer) => void {
   const header = Buffer.alloc(8)
   let headerBytes = 0
   /** Bytes left of the current frame's body. */
