@@ -72,8 +72,8 @@ export async function runIdleRssBench(line: BenchLine, reps: number): Promise<vo
 }
 
 /** Starts `count` runs of the sleeping pipeline; resolves once each has ended, rejecting if one failed. */
-function startRuns(url: string, count: number): Promise<void[]> {
-  return Promise.all(
+async function startRuns(url: string, count: number): Promise<void> {
+  await Promise.all(
     Array.from({ length: count }, async () => {
       const response = await fetch(`${url}/api/pipelines/sleepy/run`, { method: "POST" })
       const text = await response.text()
