@@ -33,11 +33,12 @@ async function idleServer(dir: string): Promise<number> {
 }
 
 /** The floor: Node with the Kubernetes client loaded and nothing else, with bin/runnel's V8 flags. */
-async function idleFloor(dir: string): Promise<number> {
+async function idleFloor(): Promise<number> {
   const child = spawn(
     join(root, "node_modules", ".bin", "node"),
     ["--max-semi-space-size=4", "-e", "require('@kubernetes/client-node'); setInterval(() => {}, 1000)"],
-    { cwd: dir, stdio: "ignore" },
+    // From the repository, where require() finds the package.
+    { cwd: root, stdio: "ignore" },
   )
   const exited = new Promise((resolve) => child.on("exit", resolve))
   try {
@@ -56,7 +57,7 @@ export async function runIdleRssBench(line: BenchLine, reps: number): Promise<vo
     const server: number[] = []
     const floor: number[] = []
     for (let rep = 0; rep < reps; rep++) {
-      floor.push(await idleFloor(dir))
+      floor.push(await idleFloor())
       server.push(await idleServer(dir))
     }
     line(
