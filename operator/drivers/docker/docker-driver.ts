@@ -11,6 +11,7 @@ import {
   assertVolumeKind,
   type Driver,
   type DriverFactory,
+  oomKilledNote,
   type RunDriver,
   type TaskExit,
   type TaskOutput,
@@ -140,6 +141,7 @@ class DockerRun implements RunDriver {
       const code = await daemon.wait(id)
       await ended
       signal.throwIfAborted()
+      if (code !== 0 && !timedOut && (await daemon.inspect(id)).oomKilled) output.stderr(oomKilledNote(task.resources))
       return { code, timedOut }
     } catch (error) {
       if (signal.aborted) throw signal.reason
@@ -226,6 +228,10 @@ class DockerRun implements RunDriver {
       mounts,
       // runnel stores output from the attach stream; the daemon's own log driver would only cost.
       output: "attach",
+      ...(task.privileged === true ? { security: { privileged: true } } : {}),
+      memoryBytes: task.resources?.memoryBytes,
+      nanoCpus: task.resources?.cpuMillis === undefined ? undefined : task.resources.cpuMillis * 1e6,
+      cpuShares: task.resources?.cpuShares,
     }
   }
 }
