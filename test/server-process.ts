@@ -15,8 +15,15 @@ export function serverProcesses(prefix: string) {
   let count = 0
   return {
     dir,
-    /** `bin/runnel server --port 0 --driver native --allowed-drivers *,native` on a temp database, unless `command` or `args` say otherwise. */
-    start(args: readonly string[] = [], command: readonly string[] = ["server"]): Promise<ServerProcess> {
+    /**
+     * `bin/runnel server --port 0 --driver native --allowed-drivers *,native` on a temp database, unless `command` or
+     * `args` say otherwise; `env` is added to this process's environment (DOCKER_HOST, say).
+     */
+    start(
+      args: readonly string[] = [],
+      command: readonly string[] = ["server"],
+      env: NodeJS.ProcessEnv = {},
+    ): Promise<ServerProcess> {
       const cwd = mkdtempSync(join(dir, `server-${++count}-`))
       const child = spawn(
         runnelBin,
@@ -33,7 +40,7 @@ export function serverProcesses(prefix: string) {
           join(cwd, "runnel.db"),
           ...args,
         ],
-        { cwd, stdio: ["ignore", "pipe", "pipe"] },
+        { cwd, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } },
       )
       started.add(child)
       let stdout = ""

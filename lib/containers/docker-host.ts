@@ -1,3 +1,4 @@
+import { Agent } from "node:http"
 import Docker from "dockerode"
 import { errorMessage, SystemError } from "../core/errors.ts"
 
@@ -87,11 +88,15 @@ export const defaultDockerSocket = "/var/run/docker.sock"
 export class DockerHost {
   readonly where: string
   readonly #docker: Docker
+  /** The same daemon on a new connection per request: see accepts(). */
+  readonly #fresh: Docker
   readonly #hint: string
 
   /** `host`: a socket path, `unix:///path`, `tcp://host:port` or `http://host:port`; `hint` ends the message when the daemon cannot be reached. */
   constructor(host: string, hint: string) {
     this.#docker = new Docker(clientOptions(host))
+    // dockerode hands `agent` to docker-modem, which uses it; its type leaves it out.
+    this.#fresh = new Docker({ ...clientOptions(host), agent: new Agent({ keepAlive: false }) } as Docker.DockerOptions)
     this.where = host
     this.#hint = hint
   }
@@ -100,6 +105,21 @@ export class DockerHost {
   async ping(): Promise<boolean> {
     try {
       await this.#docker.ping()
+      return true
+    } catch {
+      return false
+    }
+  }
+
+  /**
+   * Whether the daemon takes a new connection. A daemon that is stopping
+   * closes its socket at once but keeps answering on connections it had
+   * open (Node's agent keeps them alive) while it kills its containers, so
+   * only a new connection tells that it is going away.
+   */
+  async accepts(): Promise<boolean> {
+    try {
+      await this.#fresh.ping()
       return true
     } catch {
       return false
@@ -249,6 +269,23 @@ export class DockerHost {
   async volumes(label: string): Promise<{ name: string; labels: Record<string, string> }[]> {
     const { Volumes: found } = await this.#docker.listVolumes({ filters: { label: [label] } })
     return (found ?? []).map((volume) => ({ name: volume.Name, labels: volume.Labels ?? {} }))
+  }
+
+  /**
+   * The error of `what` (a task) whose daemon went away while it ran, for
+   * `reason`: it names the daemon, since the task's own end (its code, if it
+   * had one) was the daemon's doing.
+   */
+  wentAway(what: string, reason: string, cause?: unknown): SystemError {
+    return new SystemError(
+      `the Docker daemon at ${this.where} went away while ${what} ran (${reason}); runs started once it answers again use it`,
+      { cause },
+    )
+  }
+
+  /** Whether `error` says the daemon cannot be reached (refused, reset, no socket). */
+  unreachable(error: unknown): boolean {
+    return unreachable(error)
   }
 
   /** A SystemError saying what failed; when the daemon cannot be reached at all, saying that instead. */

@@ -4,7 +4,7 @@ import {
   defaultDockerSocket,
   UnknownHostError,
 } from "../../../lib/containers/docker-host.ts"
-import { badRequest, SystemError } from "../../../lib/core/errors.ts"
+import { badRequest, errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
   assertCacheKey,
@@ -123,10 +123,12 @@ class DockerRun implements RunDriver {
     const kill = () => daemon.kill(id)
     signal.addEventListener("abort", kill)
     let timer: NodeJS.Timeout | undefined
+    let started = false
     try {
       const { ended } = await daemon.attach(id, output)
       signal.throwIfAborted()
       await daemon.start(id, task.command.path, task.image, what)
+      started = true
       // An abort during start() may have found the container not yet running, so kill() missed it.
       signal.throwIfAborted()
       let timedOut = false
@@ -137,12 +139,21 @@ class DockerRun implements RunDriver {
           kill()
         }, timeoutMs)
       }
-      const code = await daemon.wait(id)
+      const waiting = daemon.wait(id)
+      waiting.catch(() => {}) // awaited below, unless the daemon went away first
+      // The output ends when the container does, or when the daemon goes. A daemon that is stopped kills its
+      // containers and answers wait() with their code as if each task had ended by itself (137, or 0 for one that
+      // exits on SIGTERM); one that is killed leaves wait() unanswered for ever. Only a new connection tells.
       await ended
+      if (!(await daemon.accepts())) throw daemon.wentAway(what, "it no longer takes connections")
+      const code = await waiting
       signal.throwIfAborted()
       return { code, timedOut }
     } catch (error) {
       if (signal.aborted) throw signal.reason
+      if (started && daemon.unreachable(error)) {
+        throw daemon.wentAway(what, `${(error as NodeJS.ErrnoException).code}: ${errorMessage(error)}`, error)
+      }
       throw daemon.error(error, `${what} failed in Docker`)
     } finally {
       clearTimeout(timer)
