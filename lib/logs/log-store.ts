@@ -1,3 +1,4 @@
+import type { SystemError } from "../core/errors.ts"
 import type { OutputStream, TaskRecord } from "../core/run.ts"
 
 /**
@@ -52,6 +53,13 @@ export interface LogStore {
   attach(runId: string, name: string, data: string): void
   /** What attach() kept, or undefined. */
   attachment(runId: string, name: string): string | undefined
+  /**
+   * Why output of run `runId` appended so far could not all be stored (the
+   * store's disk is full, say), once each write to it has been committed or
+   * given up; undefined when all of it was stored. The store goes on taking
+   * writes meanwhile, and those made once there is room again are kept.
+   */
+  lostOutput(runId: string): SystemError | undefined
   /** Waits until everything appended so far is committed and indexed. */
   flush(): Promise<void>
   /** Flushes and closes; idempotent. */

@@ -23,6 +23,7 @@ function recordingStore() {
     outputPage: async () => ({ text: "", total: 0 }),
     attach() {},
     attachment: () => undefined,
+    lostOutput: () => undefined,
     flush: async () => {},
     close: async () => {},
   }
