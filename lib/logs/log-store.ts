@@ -27,6 +27,12 @@ export interface LogStore {
    */
   readChunks(runId: string, afterId: number, limit?: number): StoredChunk[]
   /**
+   * Bytes (UTF-8) of the run's committed output after the chunk `afterId`,
+   * counting at most `maxRows` rows (of 16 KiB at most each): how far a reader
+   * at that cursor is behind. Reads no text, only the rows' lengths.
+   */
+  bytesAfter(runId: string, afterId: number, maxRows: number): number
+  /**
    * Full-text search over stored output: ranked by BM25 when at most 1,000
    * rows match, newest first when more do (ranking a word found everywhere
    * costs time in proportion to the store, and recency is then the better

@@ -24,6 +24,7 @@ function recordingStore() {
     attach() {},
     attachment: () => undefined,
     lostOutput: () => undefined,
+    bytesAfter: () => 0,
     flush: async () => {},
     close: async () => {},
   }
