@@ -169,8 +169,29 @@ export class DockerHost {
     }
   }
 
+  /**
+   * The container's exit code once it has ended. Rejects (ECONNRESET) when
+   * the daemon is killed meanwhile: dockerode's own wait() never settles
+   * then, since docker-modem does not see a response cut off, so the answer
+   * is read here as a stream, whose iteration does.
+   */
   async wait(id: string): Promise<number> {
-    const { StatusCode } = (await this.#docker.getContainer(id).wait()) as { StatusCode: number }
+    const answer = await new Promise<NodeJS.ReadableStream>((resolve, reject) =>
+      this.#docker.modem.dial(
+        {
+          path: `/containers/${id}/wait?`,
+          method: "POST",
+          isStream: true,
+          statusCodes: { 200: true, 400: "bad parameter", 404: "no such container", 500: "server error" },
+          options: {},
+        },
+        (error: unknown, stream: unknown) =>
+          error ? reject(error) : resolve(stream as NodeJS.ReadableStream),
+      ),
+    )
+    let body = ""
+    for await (const chunk of answer) body += String(chunk)
+    const { StatusCode } = JSON.parse(body) as { StatusCode: number }
     return StatusCode
   }
 
