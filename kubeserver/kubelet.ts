@@ -434,9 +434,9 @@ class PodRun {
       }
       this.#write("Running")
       try {
-        await this.#docker.wait(id)
+        const code = await this.#docker.wait(id)
         // A stopping daemon answers wait() with the code it killed the container with: only a new connection tells.
-        if (!(await this.#docker.accepts())) throw new Error("it no longer takes connections")
+        if (code !== 0 && !(await this.#docker.ping())) throw new Error("it no longer takes connections")
       } catch (error) {
         if (this.#signal.aborted) throw error
         // What a kubelet reports for a container its runtime lost, with the daemon named.

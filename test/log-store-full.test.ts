@@ -6,8 +6,11 @@ import { DatabaseSync } from "node:sqlite"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { call, eventually, script, serverProcesses } from "./server-process.ts"
 
-// Mounting a tmpfs needs root, which CI has: the test runs (and fails) wherever it cannot mount one.
-describe("the log store's disk fills", () => {
+// Mounting a tmpfs needs root, which CI has: skipped with a warning elsewhere, except on CI (CI=true), where it fails.
+const canMount = process.getuid?.() === 0 || process.env.CI === "true"
+if (!canMount) console.warn("log store disk-full test skipped: mounting a tmpfs needs root")
+
+describe.skipIf(!canMount)("the log store's disk fills", () => {
   const servers = serverProcesses("runnel-log-store-full-")
   const dir = mkdtempSync(join(tmpdir(), "runnel-full-disk-"))
   const disk = join(dir, "disk")

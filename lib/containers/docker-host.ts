@@ -88,7 +88,7 @@ export const defaultDockerSocket = "/var/run/docker.sock"
 export class DockerHost {
   readonly where: string
   readonly #docker: Docker
-  /** The same daemon on a new connection per request: see accepts(). */
+  /** The same daemon on a new connection per request: see ping(). */
   readonly #fresh: Docker
   readonly #hint: string
 
@@ -101,23 +101,13 @@ export class DockerHost {
     this.#hint = hint
   }
 
-  /** Whether the daemon answers at all. */
-  async ping(): Promise<boolean> {
-    try {
-      await this.#docker.ping()
-      return true
-    } catch {
-      return false
-    }
-  }
-
   /**
-   * Whether the daemon takes a new connection. A daemon that is stopping
-   * closes its socket at once but keeps answering on connections it had
-   * open (Node's agent keeps them alive) while it kills its containers, so
-   * only a new connection tells that it is going away.
+   * Whether the daemon answers at all, on a new connection: a daemon that is
+   * stopping closes its socket at once but keeps answering on connections it
+   * had open (Node's agent keeps them alive) while it kills its containers,
+   * so only a new connection tells that it is going away.
    */
-  async accepts(): Promise<boolean> {
+  async ping(): Promise<boolean> {
     try {
       await this.#fresh.ping()
       return true
@@ -185,8 +175,7 @@ export class DockerHost {
           statusCodes: { 200: true, 400: "bad parameter", 404: "no such container", 500: "server error" },
           options: {},
         },
-        (error: unknown, stream: unknown) =>
-          error ? reject(error) : resolve(stream as NodeJS.ReadableStream),
+        (error: unknown, stream: unknown) => (error ? reject(error) : resolve(stream as NodeJS.ReadableStream)),
       ),
     )
     let body = ""
