@@ -66,4 +66,28 @@ describe("SSE writer", () => {
     expect(blocked).toBe(true)
     expect(sent).toBeLessThan(1_000) // bounded by socket buffers, not by the number of events
   })
+
+  it("drops a client that does not read with a comment after what it was sent, then ends the stream", async () => {
+    const { port, writer } = await serve(60_000)
+    const socket = connect(port, "127.0.0.1")
+    socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    socket.pause()
+    const sse = await writer
+    let sent = 0
+    // The kernel's buffers take some before the writer's stays full.
+    do {
+      while (sse.write({ stream: "stdout", data: "y".repeat(16 * 1024) }, ++sent)) {}
+    } while (await sse.drained(50))
+    expect(sent).toBeLessThan(1_000)
+    sse.drop("runnel: this client fell behind; reconnect with Last-Event-ID")
+    expect(sse.signal.aborted).toBe(true)
+    let text = ""
+    socket.setEncoding("utf8").on("data", (chunk: string) => {
+      text += chunk
+    })
+    socket.resume()
+    await once(socket, "end")
+    expect(text).toContain(`id: ${sent}\ndata: `)
+    expect(text).toMatch(/: runnel: this client fell behind; reconnect with Last-Event-ID\n\n\r\n0\r\n\r\n$/)
+  })
 })
