@@ -141,7 +141,7 @@ describe("a thousand clients following one run's output", () => {
     )
     for (const text of drops) {
       expect(text).toMatch(
-        /\n: runnel: this client fell \d+ bytes behind the run's output; reconnect with Last-Event-ID: \d+ to go on from there\n\n$/,
+        /\n: runnel: this client fell \d+ bytes behind the run's output while it read nothing; reconnect with Last-Event-ID: \d+ to go on from there\n\n$/,
       )
       expect(text).not.toContain('"event":"exit"')
     }

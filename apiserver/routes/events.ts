@@ -18,7 +18,7 @@ export type EventRoutesDeps = NewRunDeps & {
   /** `secrets` gates a run's global secrets. */
   features: readonly Feature[]
   resources: Pick<ResourceClient, "getRun">
-  logs: Pick<LogStore, "readChunks" | "bytesAfter" | "attach">
+  logs: Pick<LogStore, "readChunks" | "bytesAfter" | "lastChunkId" | "attach">
   log: Log
   /** How often a follower looks for new output while the run is quiet. */
   pollMs?: number
@@ -36,13 +36,13 @@ export type EventRoutesDeps = NewRunDeps & {
  */
 const readBatch = 16
 /**
- * A client whose buffer stays full while the run's stored output runs this
- * far ahead of what it was sent is dropped, with a comment saying so: it
- * reconnects with Last-Event-ID and reads on from the store. Waiting costs
- * little (a waiting stream holds no output, see sendBatch), so this is not a
- * memory bound but how long a stalled client is kept: about 70 ms of output
- * at pipe speed (60 MB/s), or minutes of a chatty build's, while a client
- * that reads lags by one socket buffer (≈100 KiB on loopback) at most.
+ * A client whose buffer stays full while the run stores this much more
+ * output is dropped, with a comment saying so: it reconnects with
+ * Last-Event-ID and reads on from the store. Counted from when it stalled,
+ * so a client reading a long history slowly is not dropped for the history.
+ * Waiting costs little (a waiting stream holds no output, see sendBatch), so
+ * this is not a memory bound but how long a stalled client is kept: about
+ * 70 ms of output at pipe speed (60 MB/s), or minutes of a chatty build's.
  */
 const maxBehindBytes = 4 << 20
 /** How far behind is counted in rows: maxBehindBytes of 16 KiB rows, and some. */
@@ -213,15 +213,21 @@ function sendBatch(
 }
 
 /**
- * Waits until the client has room again; false when it fell more than
- * maxBehindBytes behind the run's stored output meanwhile, and was dropped.
+ * Waits until the client has room again; false when the run stored more
+ * than maxBehindBytes of output meanwhile, and the client was dropped.
  */
-async function keepUp(sse: SseWriter, runId: string, cursor: number, logs: Pick<LogStore, "bytesAfter">) {
+async function keepUp(
+  sse: SseWriter,
+  runId: string,
+  cursor: number,
+  logs: Pick<LogStore, "bytesAfter" | "lastChunkId">,
+) {
+  const stalledAt = logs.lastChunkId(runId)
   while (!(await sse.drained(behindCheckMs))) {
-    const behind = logs.bytesAfter(runId, cursor, maxBehindRows)
+    const behind = logs.bytesAfter(runId, stalledAt, maxBehindRows)
     if (behind > maxBehindBytes) {
       sse.drop(
-        `runnel: this client fell ${behind} bytes behind the run's output; reconnect with Last-Event-ID: ${cursor} to go on from there`,
+        `runnel: this client fell ${behind} bytes behind the run's output while it read nothing; reconnect with Last-Event-ID: ${cursor} to go on from there`,
       )
       return false
     }

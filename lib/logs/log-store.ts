@@ -32,6 +32,8 @@ export interface LogStore {
    * at that cursor is behind. Reads no text, only the rows' lengths.
    */
   bytesAfter(runId: string, afterId: number, maxRows: number): number
+  /** The id of the run's newest committed chunk; 0 when it has none. */
+  lastChunkId(runId: string): number
   /**
    * Full-text search over stored output: ranked by BM25 when at most 1,000
    * rows match, newest first when more do (ranking a word found everywhere

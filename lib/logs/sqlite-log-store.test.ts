@@ -61,6 +61,8 @@ for (const kind of ["file", ":memory:"] as const) {
       expect(store.bytesAfter("r1", first?.id ?? 0, 100)).toBe(4)
       expect(store.bytesAfter("r1", 0, 1)).toBe(7)
       expect(store.bytesAfter("missing", 0, 100)).toBe(0)
+      expect(store.lastChunkId("r1")).toBe(store.readChunks("r1", 0).at(-1)?.id)
+      expect(store.lastChunkId("missing")).toBe(0)
       expect(store.lostOutput("r1")).toBeUndefined()
     })
 

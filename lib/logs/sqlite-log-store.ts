@@ -119,6 +119,7 @@ class SqliteLogStore implements LogStore {
   readonly #selectOutput: StatementSync
   readonly #selectChunks: StatementSync
   readonly #selectBytesAfter: StatementSync
+  readonly #selectLastChunkId: StatementSync
   readonly #reader: Reader
   readonly #attach: StatementSync
   readonly #attachment: StatementSync
@@ -151,6 +152,7 @@ class SqliteLogStore implements LogStore {
       `SELECT coalesce(sum(bytes), 0) AS bytes FROM
          (SELECT octet_length(text) AS bytes FROM chunks INDEXED BY chunks_by_run WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?)`,
     )
+    this.#selectLastChunkId = db.prepare("SELECT max(id) AS id FROM chunks INDEXED BY chunks_by_run WHERE run_id = ?")
     this.#attach = db.prepare("INSERT OR REPLACE INTO attachments (run_id, name, data) VALUES (?, ?, ?)")
     this.#attachment = db.prepare("SELECT data FROM attachments WHERE run_id = ? AND name = ?")
   }
@@ -216,6 +218,10 @@ class SqliteLogStore implements LogStore {
   // No #sync: how far behind a reader is need not wait for writes on their way.
   bytesAfter(runId: string, afterId: number, maxRows: number): number {
     return Number(this.#selectBytesAfter.get(runId, afterId, maxRows)?.bytes ?? 0)
+  }
+
+  lastChunkId(runId: string): number {
+    return Number(this.#selectLastChunkId.get(runId)?.id ?? 0)
   }
 
   search(request: SearchRequest): Promise<SearchPage> {

@@ -25,6 +25,7 @@ function recordingStore() {
     attachment: () => undefined,
     lostOutput: () => undefined,
     bytesAfter: () => 0,
+    lastChunkId: () => 0,
     flush: async () => {},
     close: async () => {},
   }
