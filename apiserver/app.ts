@@ -6,6 +6,7 @@ import { shuttingDown } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
+import type { ApiMetrics } from "../lib/metrics/metrics.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { AccessPolicy } from "./access.ts"
 import type { AuditLog } from "./audit.ts"
@@ -84,12 +85,14 @@ export type ApiServerDeps = {
   login?: Login
   /** True once the process shuts down: new work (PUT, POST but a stop) then answers 503. */
   draining?: () => boolean
+  /** Responses by status class and webhook deliveries, for monitoring; nothing is recorded without it. */
+  metrics?: ApiMetrics
 }
 
 /** The REST API under /api and the web UI at / as a Koa app; `app.callback()` is a node:http handler. */
 export function createApiServer(deps: ApiServerDeps): Koa {
   const app = new Koa()
-  app.use(errorRenderer(deps.log))
+  app.use(errorRenderer(deps.log, deps.metrics?.responded))
   if (deps.login !== undefined) app.use(crossSiteGuard(deps.login.callbackUrl))
   // Before authentication and the JSON body reader: /auth is how one logs in, and it reads forms.
   // One count of failures for the login and the API: a guesser cannot switch doors.

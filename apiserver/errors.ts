@@ -8,8 +8,10 @@ import type { Log } from "../lib/core/log.ts"
  * a RunnelError with its status, a Kubernetes API error with the status that
  * means the same to this API's client, anything else a 500 whose cause goes
  * to the log, never to the client. A request no route answered is a JSON 404.
+ * Since every answer's status is settled here, `responded` (the metrics'
+ * count by status class) hears each one, without a middleware of its own.
  */
-export function errorRenderer(log: Log): Middleware {
+export function errorRenderer(log: Log, responded?: (status: number) => void): Middleware {
   return async (ctx, next) => {
     try {
       await next()
@@ -47,6 +49,8 @@ export function errorRenderer(log: Log): Middleware {
       ctx.status = status
       // OAuth clients (runnel login) read the RFC 6749 code in `error`; people read the description.
       ctx.body = error instanceof OAuthError ? { error: error.code, error_description: message } : { error: message }
+    } finally {
+      responded?.(ctx.status)
     }
   }
 }

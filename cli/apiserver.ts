@@ -9,11 +9,13 @@ import type { RoleSettings } from "../lib/config/operator.ts"
 import type { ApiSettings } from "../lib/config/server.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
+import type { ApiMetrics } from "../lib/metrics/metrics.ts"
 import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import { drivers } from "./drivers.ts"
 import { httpFront, listen, urlHost, warnOpenAccess } from "./http-server.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { processLog } from "./log.ts"
+import { processMetricsOf, serveMetrics } from "./metrics-server.ts"
 import { openSecretBackend } from "./secret-backend.ts"
 import { onShutdownSignal } from "./shutdown-signal.ts"
 
@@ -28,22 +30,33 @@ export async function apiserver(settings: ApiServerSettings): Promise<void> {
   const opening = openSqliteLogStore(settings.logStorePath)
   opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
   const front = httpFront()
+  const metrics = await processMetricsOf(settings.metrics)
+  let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined
   let secretStore: SecretStore | undefined
   let api: Awaited<ReturnType<typeof configuredApiServer>> | undefined
   const close = async () => {
     front.drain()
     await api?.stop()
+    await metricsServer?.close()
     await front.close()
     await secretStore?.close()
     await (await opening.catch(() => undefined))?.close()
   }
   try {
     const address = await listen(front.http, settings.http.port, settings.http.host)
+    if (metrics !== undefined && settings.metrics !== undefined)
+      metricsServer = await serveMetrics(metrics, settings.metrics)
     const kubeConfig = loadKubeConfig(settings.kube)
     const store = await opening
     // The operator stores the server's --secret values; the API server only opens the store.
     secretStore = await openSecretBackend(settings, kubeConfig)
-    api = await configuredApiServer(settings, policy, kubeConfig, store, secretStore, () => front.phase === "draining")
+    api = await configuredApiServer(settings, kubeConfig, {
+      policy,
+      logs: store,
+      secrets: secretStore,
+      draining: () => front.phase === "draining",
+      ...(metrics === undefined ? {} : { metrics: metrics.api() }),
+    })
     front.ready(api.callback)
     if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)
     process.stdout.write(
@@ -68,29 +81,31 @@ export function accessPolicy(api: ApiSettings): AccessPolicy {
 /** The API server of the settings, with this process's logs: diagnostics on stderr, audit entries as JSON lines on stdout. */
 export function configuredApiServer(
   settings: RoleSettings & { readonly api: ApiSettings },
-  policy: AccessPolicy,
   kubeConfig: KubeConfig,
-  logs: LogStore,
-  secrets: SecretStore,
-  draining: () => boolean,
-  authorAnnotation?: string,
-  failures?: FailureCounter,
+  parts: {
+    policy: AccessPolicy
+    logs: LogStore
+    secrets: SecretStore
+    /** True once the process shuts down. */
+    draining: () => boolean
+    /** The embedded API's annotation of who changed an object (runnel server). */
+    authorAnnotation?: string
+    /** One count of failed credentials for the API and /k8s (runnel server). */
+    failures?: FailureCounter
+    /** The process's metrics, with --metrics-port. */
+    metrics?: ApiMetrics
+  },
 ): ReturnType<typeof startApiServer> {
   return startApiServer({
-    ...(authorAnnotation === undefined ? {} : { authorAnnotation }),
-    ...(failures === undefined ? {} : { failures }),
+    ...parts,
     kubeConfig,
     namespace: settings.namespace,
-    logs,
-    secrets,
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers === "*" ? drivers.names() : settings.allowedDrivers,
     features: settings.features,
     ...settings.api,
-    draining,
     authenticate: authenticator(settings.api.auth),
     authMode: settings.api.auth.mode,
-    policy,
     ...loginOf(settings.api.auth),
     log: processLog(),
     // One JSON line per entry on stdout, apart from the diagnostics on stderr (docs/decisions.md).

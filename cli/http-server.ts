@@ -199,13 +199,14 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.end(`${JSON.stringify(body)}\n`)
 }
 
-export function listen(http: NetServer, port: number, host: string): Promise<AddressInfo> {
+/** Listens on `port` of `host`; a refusal names the flag that chose the port (`--port`, `--metrics-port`). */
+export function listen(http: NetServer, port: number, host: string, flag = "port"): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
     http.once("error", (error: NodeJS.ErrnoException) => {
       if (error.code === "EADDRINUSE") {
         reject(
           badRequest(
-            `port ${port} on ${host} is in use; stop what uses it, or choose another with --port (0 takes a free one)`,
+            `port ${port} on ${host} is in use; stop what uses it, or choose another with --${flag} (0 takes a free one)`,
           ),
         )
       } else if (error.code === "EADDRNOTAVAIL" || error.code === "ENOTFOUND") {

@@ -2,7 +2,7 @@ import { type Command, CommanderError, Command as Program } from "commander"
 import { apiserverFlags, apiserverSettings } from "../lib/config/apiserver.ts"
 import { clientFlags, clientSettings } from "../lib/config/client.ts"
 import { type FlagSpec, parseKeyValues } from "../lib/config/flags.ts"
-import { operatorFlags, operatorSettings } from "../lib/config/operator.ts"
+import { operatorCommandFlags, operatorSettings } from "../lib/config/operator.ts"
 import { runnerFlags, runnerSettings } from "../lib/config/runner.ts"
 import { scheduleFireFlags, scheduleFireSettings } from "../lib/config/schedule-fire.ts"
 import { serverFlags, serverSettings } from "../lib/config/server.ts"
@@ -56,7 +56,7 @@ role(
 role(
   "operator",
   "run the operator alone against a Kubernetes API (with runnel's CRDs installed): it executes Runs and checks Pipelines",
-  operatorFlags,
+  operatorCommandFlags,
   operatorSettings,
   async (settings) => (await import("./operator.ts")).operator(settings),
 )

@@ -7,6 +7,7 @@ import { badRequest, errorMessage } from "../lib/core/errors.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { type ContentType, inferContentType } from "../lib/script/content-type.ts"
 import { staticSecrets } from "../lib/secrets/secret-resolver.ts"
+import { refusePrivileged } from "../operator/drivers/refuse-privileged.ts"
 import { drivers } from "./drivers.ts"
 import { TerminalObserver } from "./terminal-observer.ts"
 
@@ -15,7 +16,10 @@ export async function runner(file: string, args: string[], settings: RunnerSetti
   const { driver: driverName, secrets, limits } = settings
   const factory = await drivers.get(driverName).load(settings.host)
   const source = await readPipeline(file)
-  const driver = factory.create({})
+  const created = factory.create({})
+  const driver = settings.allowPrivilegedTasks
+    ? created
+    : refusePrivileged(created, "run runnel runner with --allow-privileged-tasks to allow it")
   const leftovers = driver.removeLeftovers().catch(() => {}) // the daemon may be down; a task will say so
   // Not :memory: by default: a task printing gigabytes must not hold them in memory.
   const scratch = settings.storagePath === undefined ? await mkdtemp(join(tmpdir(), "runnel-runner-")) : undefined

@@ -11,8 +11,10 @@ import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
 import { accessPolicy, configuredApiServer } from "./apiserver.ts"
 import { httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
+import { inProcessTransport } from "./in-process-transport.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { kubernetesAccess } from "./kubernetes-access.ts"
+import { processMetricsOf, serveMetrics } from "./metrics-server.ts"
 import { startConfiguredOperator } from "./operator.ts"
 import { openConfiguredSecretStore } from "./secret-backend.ts"
 import { servedTls } from "./server-tls.ts"
@@ -23,8 +25,8 @@ const embeddedPrefix = "/k8s"
 
 /**
  * One process: the embedded API (unless the settings name a cluster), the
- * operator talking to it over loopback HTTP as it would to a cluster, and the
- * API. It listens first, so the operator can reach the embedded API, and
+ * operator talking to it in the Kubernetes protocol as it would to a cluster
+ * (over an in-memory pipe, cli/in-process-transport.ts), and the API. It listens first, so the operator can reach the embedded API, and
  * says it is ready (the probes, the `listening on` line) only once everything
  * is up. Opened in order, closed in reverse.
  */
@@ -44,8 +46,10 @@ export async function server(settings: ServerSettings): Promise<void> {
   const access = serving
     ? kubernetesAccess({ auth: settings.api.auth, policy, failures, processToken, prefix: embeddedPrefix })
     : undefined
+  // One registry for the whole process: both roles' series and the log store's on one endpoint.
+  const metrics = await processMetricsOf(settings.metrics)
   // The log store's writer thread comes online (50-90 ms) while this thread builds the embedded API and listens.
-  const opening = openSqliteLogStore(settings.logStorePath)
+  const opening = openSqliteLogStore(settings.logStorePath, metrics?.logBytes())
   opening.catch(() => {}) // awaited below: a failure that comes first is not an unhandled rejection
   let embedded: ReturnType<typeof createEmbeddedApi> | undefined
   const front = httpFront({
@@ -53,6 +57,7 @@ export async function server(settings: ServerSettings): Promise<void> {
     serves: serving ? [`the Kubernetes API under ${embeddedPrefix}`] : [],
     tls,
   })
+  let metricsServer: Awaited<ReturnType<typeof serveMetrics>> | undefined
   let secretStore: SecretStore | undefined
   let operator: Operator | undefined
   let apiServer: Awaited<ReturnType<typeof startApiServer>> | undefined
@@ -64,9 +69,10 @@ export async function server(settings: ServerSettings): Promise<void> {
     }
     front.drain()
     closing = (async () => {
-      // The operator writes its runs' final status through the HTTP server, so it stops first.
+      // The operator writes its runs' final status through the embedded API, so it stops first.
       await operator?.stop(now ? 0 : settings.shutdownGraceMs)
       await apiServer?.stop()
+      await metricsServer?.close()
       await front.close()
       embedded?.close()
       await secretStore?.close()
@@ -87,23 +93,25 @@ export async function server(settings: ServerSettings): Promise<void> {
       })
     }
     const address = await listen(front.http, settings.http.port, settings.http.host)
+    if (metrics !== undefined && settings.metrics !== undefined)
+      metricsServer = await serveMetrics(metrics, settings.metrics)
     const kubeConfig = loadKubeConfig(settings.kube, {
       server: `${front.scheme}://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
       token: processToken,
     })
+    if (embedded !== undefined) inProcessTransport(kubeConfig, processToken, embedded.handle)
     const store = await opening
     secretStore = await openConfiguredSecretStore(settings, kubeConfig)
-    operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore)
-    apiServer = await configuredApiServer(
-      settings,
+    operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore, metrics?.operator())
+    apiServer = await configuredApiServer(settings, kubeConfig, {
       policy,
-      kubeConfig,
-      store,
-      secretStore,
-      () => front.phase === "draining",
-      serving ? changedByAnnotation : undefined,
+      logs: store,
+      secrets: secretStore,
+      draining: () => front.phase === "draining",
       failures,
-    )
+      ...(serving ? { authorAnnotation: changedByAnnotation } : {}),
+      ...(metrics === undefined ? {} : { metrics: metrics.api() }),
+    })
     front.ready(apiServer.callback)
     if (settings.api.auth.mode === "open") warnOpenAccess(settings.http.host)
     if (tls?.authority !== undefined) {

@@ -8,6 +8,7 @@ import {
 import { badRequest, invalid, KubeStatusError, notFound } from "./kube-status.ts"
 import type { KubeObject } from "./object-meta.ts"
 import type { StoredEvent } from "./object-store.ts"
+import { quantity } from "./pod-resources.ts"
 import type { ResourceApi } from "./resource-api.ts"
 import { namespaceType, persistentVolumeClaimType, podType, secretType, storageResource } from "./resource-types.ts"
 import { isObject } from "./schema.ts"
@@ -389,6 +390,9 @@ class PodRun {
     if (!(await this.#docker.ping())) {
       return `0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }: the Docker daemon at ${this.#docker.where} does not answer. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`
     }
+    if (!affinityAllows(this.#pod, this.#kubelet.nodeName)) {
+      return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    }
     for (const claim of claimNames(this.#pod)) {
       const key = { resource: claimResource, namespace: this.#pod.metadata.namespace ?? "", name: claim }
       if (this.#api.store.get(key) === undefined) {
@@ -552,7 +556,9 @@ class PodRun {
       }
     }
     const command = [...stringsOf(container.command), ...stringsOf(container.args)]
-    const resources = objectOf(objectOf(container.resources).limits)
+    const limits = objectOf(objectOf(container.resources).limits)
+    // As a kubelet: limits are the cgroup's caps, the cpu request its weight (a request left out is the limit).
+    const cpuRequest = objectOf(objectOf(container.resources).requests).cpu ?? limits.cpu
     return {
       spec: {
         image: String(container.image),
@@ -567,8 +573,9 @@ class PodRun {
         mounts,
         output: "kept",
         security: security(objectOf(this.#pod.spec).securityContext, container.securityContext),
-        memoryBytes: resources.memory === undefined ? undefined : quantity(resources.memory),
-        nanoCpus: resources.cpu === undefined ? undefined : Math.round(quantity(resources.cpu) * 1e9),
+        memoryBytes: limits.memory === undefined ? undefined : Math.ceil(quantity(limits.memory)),
+        nanoCpus: limits.cpu === undefined ? undefined : Math.round(quantity(limits.cpu) * 1e9),
+        cpuShares: cpuRequest === undefined ? undefined : Math.max(2, Math.floor(quantity(cpuRequest) * 1024)),
       },
       files,
     }
@@ -662,6 +669,31 @@ function claimNames(pod: KubeObject): string[] {
     .filter((name): name is string => typeof name === "string")
 }
 
+/**
+ * Whether the Pod's required node affinity lets it onto this node: some term whose `matchFields`
+ * on `metadata.name` and `matchExpressions` on `kubernetes.io/hostname` (the node's one label) all
+ * hold. A term on any other key matches no node here, as on a cluster whose nodes lack that label.
+ */
+function affinityAllows(pod: KubeObject, nodeName: string): boolean {
+  const required = objectOf(
+    objectOf(objectOf(objectOf(pod.spec).affinity).nodeAffinity).requiredDuringSchedulingIgnoredDuringExecution,
+  )
+  const terms = listOf(required.nodeSelectorTerms)
+  if (terms.length === 0) return true
+  const holds = (requirement: Json, key: string) => {
+    if (requirement.key !== key) return false
+    const values = stringsOf(requirement.values)
+    if (requirement.operator === "In") return values.includes(nodeName)
+    if (requirement.operator === "NotIn") return !values.includes(nodeName)
+    return false
+  }
+  return terms.some(
+    (term) =>
+      listOf(term.matchFields).every((requirement) => holds(requirement, "metadata.name")) &&
+      listOf(term.matchExpressions).every((requirement) => holds(requirement, "kubernetes.io/hostname")),
+  )
+}
+
 /** Guaranteed when every container's limits equal its requests for cpu and memory; BestEffort with none. */
 function qosClass(pod: KubeObject): string {
   const resources = containersOf(pod).map((container) => objectOf(container.resources))
@@ -692,25 +724,6 @@ function security(podContext: unknown, containerContext: unknown): ContainerSecu
     readOnlyRootFilesystem: own.readOnlyRootFilesystem === true,
     user: user === undefined ? undefined : group === undefined ? String(user) : `${String(user)}:${String(group)}`,
   }
-}
-
-const suffixes: Record<string, number> = {
-  m: 1e-3,
-  k: 1e3,
-  M: 1e6,
-  G: 1e9,
-  T: 1e12,
-  Ki: 1024,
-  Mi: 1024 ** 2,
-  Gi: 1024 ** 3,
-  Ti: 1024 ** 4,
-}
-
-/** A Kubernetes quantity ("512Mi", "500m", "2") as a number. */
-export function quantity(value: unknown): number {
-  const match = /^([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(String(value))
-  if (match === null) return Number.NaN
-  return Number(match[1]) * (match[2] === undefined ? 1 : (suffixes[match[2]] as number))
 }
 
 type LogRequest = {

@@ -1,5 +1,6 @@
 import { execFile, execFileSync, spawn } from "node:child_process"
 import { join } from "node:path"
+import { promisify } from "node:util"
 import { CoreV1Api, type V1Pod } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { refusal } from "../lib/kube/kube-api-contract.fixture.ts"
@@ -60,6 +61,12 @@ describe("a Pod on an embedded API without a Docker daemon", () => {
   })
 })
 
+async function hostConfig(id: string): Promise<Record<string, unknown>> {
+  const env = { ...process.env, ...(dockerHost === undefined ? {} : { DOCKER_HOST: dockerHost }) }
+  const { stdout } = await promisify(execFile)("docker", ["inspect", "--format", "{{json .HostConfig}}", id], { env })
+  return JSON.parse(stdout)
+}
+
 const kubectlFound = (() => {
   try {
     execFileSync("kubectl", ["version", "--client"], { stdio: "ignore" })
@@ -98,6 +105,21 @@ describeDocker("Pods of the embedded API in Docker", () => {
     expect(both.status.message).toContain("tailLines")
     expect((await refusal(log({ stream: "Neither" }))).code).toBe(422)
     expect((await refusal(log({ limitBytes: 0 }))).code).toBe(422)
+  })
+
+  it("gives a privileged container its privilege in Docker (which starts it, or says why it cannot)", async () => {
+    const body = pod("privileged", "true")
+    const container = { ...body.spec?.containers[0], name: "main", securityContext: { privileged: true } }
+    await core.createNamespacedPod({ namespace, body: { ...body, spec: { ...body.spec, containers: [container] } } })
+    const ended = await podWhen(
+      core,
+      "privileged",
+      (found) => found.status?.phase === "Failed" || found.status?.phase === "Succeeded",
+    )
+    const terminated = ended.status?.containerStatuses?.[0]?.state?.terminated
+    const id = terminated?.containerID?.replace("docker://", "") ?? ""
+    expect(await hostConfig(id)).toMatchObject({ Privileged: true })
+    await core.deleteNamespacedPod({ namespace, name: "privileged" })
   })
 
   it.skipIf(!kubectlFound)("works with kubectl: get pods -l, logs -f while it runs, delete pod", async () => {

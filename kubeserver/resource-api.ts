@@ -19,6 +19,7 @@ import { metadataErrors, newFinalizerErrors, pruneMetadata } from "./object-meta
 import type { ObjectStore, StoredEvent } from "./object-store.ts"
 import { VersionExpiredError } from "./object-store.ts"
 import { jsonPatch, mergePatch, PatchError, strategicMergePatch } from "./patches.ts"
+import { defaultPodRequests, podResourceErrors } from "./pod-resources.ts"
 import type { ResourceType, ResourceTypes } from "./resource-types.ts"
 import { namespaceType, persistentVolumeClaimType, podType, secretType, storageResource } from "./resource-types.ts"
 import type { JsonObject, JsonSchema } from "./schema.ts"
@@ -230,6 +231,7 @@ export class ResourceApi {
     // As Kubernetes' strategies: a new Pod or claim is Pending whatever status it was sent with.
     if (type === podType || type === persistentVolumeClaimType) object.status = { phase: "Pending" }
     if (type === secretType) normaliseSecret(object)
+    if (type === podType) defaultPodRequests(object.spec)
     applyDefaults(object, type.schema)
     this.#validate(type, object, undefined)
     if (this.store.get(this.#key(type, namespace, name)) !== undefined) throw alreadyExists(groupResource(type), name)
@@ -589,6 +591,13 @@ export class ResourceApi {
     const { metadata: __, ...oldBody } = old ?? {}
     errors.push(...validateSchema(body, withoutMetadata(type.schema), "", old === undefined ? undefined : oldBody))
     if (type === secretType) errors.push(...secretErrors(object, old))
+    if (type === podType) {
+      const resources = podResourceErrors(object.spec)
+      if (resources.undecodable !== undefined) {
+        throw badRequest(`Pod in version "v1" cannot be handled as a Pod: ${resources.undecodable}`)
+      }
+      errors.push(...resources.errors)
+    }
     if (errors.length > 0) throw invalid(groupKind(type), object.metadata.name ?? "", errors)
   }
 

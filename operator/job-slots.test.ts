@@ -24,6 +24,27 @@ describe("job slots", () => {
     expect(order).toEqual(["second", "third"])
   })
 
+  it("counts the acquisitions waiting, until each is granted or aborted", async () => {
+    const slots = new JobSlots()
+    const serial = { serial: true, serialGroups: [] }
+    const first = await slots.acquire("p", "deploy", serial)
+    expect(slots.waiting).toBe(0)
+    const aborted = new AbortController()
+    const gaveUp = slots.acquire("p", "deploy", serial, aborted.signal).catch(() => "aborted")
+    const next = slots.acquireRun("p", 1)
+    const run = slots.acquireRun("p", 1)
+    await tick()
+    expect(slots.waiting).toBe(2) // the second deploy and the second run; the first run took its slot at once
+    ;(await next)()
+    await tick()
+    expect(slots.waiting).toBe(1)
+    aborted.abort(new Error("stopped"))
+    expect(await gaveUp).toBe("aborted")
+    expect(slots.waiting).toBe(0)
+    first()
+    ;(await run)()
+  })
+
   it("admits max_in_flight builds at once, and keeps other jobs and pipelines apart", async () => {
     const slots = new JobSlots()
     const limit = { serial: false, serialGroups: [], maxInFlight: 2 }

@@ -12,6 +12,12 @@ type Slot = { used: number; waiters: { grant: () => void }[] }
  */
 export class JobSlots {
   readonly #slots = new Map<string, Slot>()
+  #waiting = 0
+
+  /** Acquisitions waiting for a slot now (a metric's gauge). */
+  get waiting(): number {
+    return this.#waiting
+  }
 
   /** Resolves with a release function once the job of `pipeline` may start. */
   acquire(
@@ -61,13 +67,16 @@ export class JobSlots {
       return Promise.resolve()
     }
     const waiting = slot
+    this.#waiting++
     return new Promise((resolve, reject) => {
       const onAbort = () => {
+        this.#waiting--
         waiting.waiters.splice(waiting.waiters.indexOf(waiter), 1)
         reject(signal?.reason)
       }
       const waiter = {
         grant: () => {
+          this.#waiting--
           signal?.removeEventListener("abort", onAbort)
           waiting.used++
           resolve()

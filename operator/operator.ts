@@ -4,6 +4,7 @@ import { type Informer, type InformerHandlers, startInformer } from "../lib/kube
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { GateObject, PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
+import type { OperatorMetrics } from "../lib/metrics/metrics.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import { DriverPool, type DriverSource } from "./driver-pool.ts"
 import type { NetworkSettings } from "./engine/engine.ts"
@@ -43,6 +44,8 @@ export type OperatorOptions = {
   readonly network?: NetworkSettings
   /** Progress writes to a Run's status are coalesced within this window; 150 ms by default. */
   readonly statusThrottleMs?: number
+  /** Where runs, tasks and the queue are reported for monitoring (cli/ passes the process's metrics); none without it. */
+  readonly metrics?: OperatorMetrics
   readonly log?: Log
 }
 
@@ -92,6 +95,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
     ...(options.network === undefined ? {} : { network: options.network }),
     maxInFlight: options.maxInFlight,
     statusThrottleMs: options.statusThrottleMs ?? 150,
+    ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
     log,
   })
 
@@ -156,6 +160,11 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   // Leftovers of crashed processes on the default driver go now, even if no run uses that driver again.
   drivers.get(options.defaultDriver, {}).catch(() => {})
   runs.attach(runInformer)
+  options.metrics?.readFrom({
+    runsByPhase: () => runs.runsByPhase(),
+    queued: () => runs.queued,
+    waitingForPipeline: () => runs.waitingForPipeline,
+  })
   scheduleReconciler.attach(scheduleInformer)
   log("operator.started", { namespace: options.namespace, maxInFlight: options.maxInFlight })
 

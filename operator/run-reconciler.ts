@@ -4,7 +4,8 @@ import { formatDuration } from "../lib/core/duration.ts"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { RunResult, TaskRecord } from "../lib/core/run.ts"
-import type { FinalRunStatus } from "../lib/core/status.ts"
+import type { FinalRunStatus, RunStatus } from "../lib/core/status.ts"
+import { consoleTaskPath } from "../lib/core/task-path.ts"
 import { type WebhookRequest, type WebhookResponse, webhookBodyAttachment } from "../lib/core/webhook-request.ts"
 import type { Informer } from "../lib/kube/informer.ts"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
@@ -23,6 +24,7 @@ import {
   withCondition,
 } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
+import type { OperatorMetrics } from "../lib/metrics/metrics.ts"
 import { type ContentType, contentTypeOf } from "../lib/script/content-type.ts"
 import { scriptFilename } from "../lib/script/pipeline-check.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
@@ -32,6 +34,7 @@ import type { NetworkSettings, TriggerType } from "./engine/engine.ts"
 import { journalFromStore } from "./engine/journal.ts"
 import { engineFor, type PipelineEngine } from "./engine/pipeline-engine.ts"
 import { closedTask } from "./engine/run-context.ts"
+import type { RunObserver } from "./engine/run-observer.ts"
 import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { RunAborted, type RunEnding, settle } from "./engine/settle.ts"
 import type { GateKeeper } from "./gate-keeper.ts"
@@ -63,6 +66,8 @@ export type RunReconcilerOptions = {
   readonly maxInFlight: number
   /** Progress writes to a Run's status within this window are coalesced into one. */
   readonly statusThrottleMs: number
+  /** Task and run durations, for monitoring; nothing is recorded without it. */
+  readonly metrics?: Pick<OperatorMetrics, "taskEnded" | "runEnded">
   readonly log: Log
 }
 
@@ -142,6 +147,8 @@ export class RunReconciler {
   #arrivals = 0
   /** YAML jobs' serial, serial_groups and max_in_flight across the runs of a pipeline. */
   readonly #jobSlots = new JobSlots()
+  /** Runs the last pass left waiting for a --max-in-flight slot. */
+  #queued = 0
   #draining = false
   #stopped = false
   #scheduled: NodeJS.Immediate | undefined
@@ -216,6 +223,26 @@ export class RunReconciler {
     this.#hurry.resolve("hurry")
   }
 
+  /** Runs waiting for a --max-in-flight slot, as the last pass left them. */
+  get queued(): number {
+    return this.#queued
+  }
+
+  /** Runs and YAML jobs waiting for their pipeline's own limits (max_in_flight, serial, serial_groups). */
+  get waitingForPipeline(): number {
+    return this.#jobSlots.waiting
+  }
+
+  /** The Runs of the cache by phase; a Run without one yet is queued, as the API shows it. */
+  runsByPhase(): Map<RunStatus, number> {
+    const counts = new Map<RunStatus, number>()
+    for (const run of this.#informer?.list() ?? []) {
+      const phase = run.status?.phase ?? "queued"
+      counts.set(phase, (counts.get(phase) ?? 0) + 1)
+    }
+    return counts
+  }
+
   #arrived(run: RunObject): void {
     const name = run.metadata?.name
     if (name !== undefined && !this.#arrival.has(name)) this.#arrival.set(name, ++this.#arrivals)
@@ -252,10 +279,14 @@ export class RunReconciler {
       }
     }
     waiting.sort((a, b) => this.#compareAge(a, b))
+    let queued = 0
     for (const run of waiting) {
-      if (this.#draining || this.#active.size - this.#waiting.size >= this.#options.maxInFlight) this.#enqueue(run)
-      else this.#start(run, "admit")
+      if (this.#draining || this.#active.size - this.#waiting.size >= this.#options.maxInFlight) {
+        this.#enqueue(run)
+        queued++
+      } else this.#start(run, "admit")
     }
+    this.#queued = queued
   }
 
   #compareAge(a: RunObject, b: RunObject): number {
@@ -403,7 +434,11 @@ export class RunReconciler {
     // A resumed run keeps the tasks of its earlier attempts; those it finished return their recorded results.
     const journal = mode === "resume" ? journalFromStore(store, name) : undefined
     if (mode === "resume") for (const record of store.tasks(name)) tasks.set(record.path, statusTask(record))
-    const observer = taskListObserver(tasks, () => writer.update({ tasks: [...tasks.values()] }))
+    const observer = measured(
+      taskListObserver(tasks, () => writer.update({ tasks: [...tasks.values()] })),
+      execution.driverName,
+      this.#options.metrics,
+    )
     // An earlier attempt answered already: the resumed script's http.respond() is not sent again.
     let responded = run.status?.webhookResponse !== undefined
     const respond = (response: WebhookResponse) => {
@@ -505,6 +540,9 @@ export class RunReconciler {
       ...(tasks === undefined ? {} : { tasks: tasks.map(statusTask) }),
     })
     await this.#options.secrets.ended(name)
+    const seconds =
+      result.startedAt === null ? 0 : (Date.parse(result.finishedAt) - Date.parse(result.startedAt)) / 1000
+    this.#options.metrics?.runEnded(result.status, Math.max(0, seconds))
     this.#options.log("run.finished", { run: name, phase: result.status, code: result.code, message: result.message })
   }
 
@@ -637,6 +675,23 @@ function webhookOf(run: RunObject, store: LogStore): WebhookRequest | string | u
     headers: headers ?? {},
     query: query ?? {},
     body: text ?? "",
+  }
+}
+
+/**
+ * The observer with each finished task's duration recorded under the run's driver: tasks that ran, that
+ * is, not the script's console (it lasts as long as the run) nor a skipped job or a task that never started.
+ */
+function measured(observer: RunObserver, driver: string, metrics: RunReconcilerOptions["metrics"]): RunObserver {
+  if (metrics === undefined) return observer
+  return {
+    ...observer,
+    taskFinished(task) {
+      observer.taskFinished(task)
+      if (task.path === consoleTaskPath || task.status === "skipped" || task.startedAt === null) return
+      const seconds = (Date.parse(task.endedAt ?? "") - Date.parse(task.startedAt)) / 1000
+      if (seconds >= 0) metrics.taskEnded(driver, task.status, seconds)
+    },
   }
 }
 

@@ -82,10 +82,24 @@ describe("the Helm chart charts/runnel (static checks)", () => {
   it("passes runnel server only flags it accepts", () => {
     const args = [...deployment.matchAll(/^\s+- (--[a-z0-9-]+)(?:=|$)/gm)].map((match) => match[1] ?? "")
     expect(args).toEqual(
-      expect.arrayContaining(["--host", "--driver", "--allowed-features", "--schedules-mode", "--task-volume-size"]),
+      expect.arrayContaining([
+        "--host",
+        "--driver",
+        "--allowed-features",
+        "--schedules-mode",
+        "--task-volume-size",
+        "--allow-privileged-tasks",
+      ]),
     )
     for (const arg of args) expect(flagNamed(arg.slice(2)), `runnel server accepts ${arg}`).toBeDefined()
     expect(deployment).toMatch(/args:\n\s+- server\n/)
+  })
+
+  it("passes --allow-privileged-tasks only when server.allowPrivilegedTasks is set, off by default", () => {
+    expect(valueAt(["server", "allowPrivilegedTasks"])).toBe(false)
+    expect(deployment).toMatch(
+      /\{\{- if \.Values\.server\.allowPrivilegedTasks \}\}\n\s+- --allow-privileged-tasks\n\s+\{\{- end \}\}\n/,
+    )
   })
 
   it("sets only CI_* variables of runnel server's flags: every authentication flag, from the existing Secret", () => {
@@ -102,6 +116,23 @@ describe("the Helm chart charts/runnel (static checks)", () => {
     expect(block?.[1]).toContain('- name: CI_{{ . | upper | replace "-" "_" }}')
     expect(block?.[1]).toMatch(/name: \{\{ \$secret \}\}\n\s+key: \{\{ \. \}\}\n\s+optional: true/)
     for (const flag of authFlags) expect(known.has(envName(flag))).toBe(true)
+  })
+
+  it("serves Prometheus metrics on a port named metrics, annotated for scrapers, when metrics.enabled", () => {
+    expect(valueAt(["metrics"])).toEqual({ enabled: true, port: 9090 })
+    const service = read(chart, "templates", "service.yaml")
+    const metricsBlock = /\{\{- if \.Values\.metrics\.enabled \}\}(.*?)\{\{- end \}\}/gs
+    const blocks = (text: string) => [...text.matchAll(metricsBlock)].map((match) => match[1] ?? "")
+    const inDeployment = blocks(deployment).join("\n")
+    expect(inDeployment).toContain("- --metrics-port={{ .Values.metrics.port }}")
+    expect(inDeployment).toMatch(/- name: metrics\n\s+containerPort: \{\{ \.Values\.metrics\.port \}\}/)
+    const inService = blocks(service).join("\n")
+    expect(inService).toMatch(/- name: metrics\n\s+port: \{\{ \.Values\.metrics\.port \}\}\n\s+targetPort: metrics/)
+    for (const block of [inDeployment, inService]) {
+      expect(block).toContain('prometheus.io/scrape: "true"')
+      expect(block).toContain("prometheus.io/port: {{ .Values.metrics.port | quote }}")
+      expect(block).toContain("prometheus.io/path: /metrics")
+    }
   })
 
   it("runs the image's numeric user, who owns the volume (fsGroup), without privilege escalation", () => {

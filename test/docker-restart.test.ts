@@ -18,7 +18,7 @@ describePrivateDockerd("the Docker daemon restarts while tasks run", () => {
   // The kubernetes driver on the embedded API: its kubelet runs the Pods' containers on the same daemon.
   describe.each(["docker", "kubernetes"])("with --driver %s", (driver) => {
     beforeAll(async () => {
-      server = await servers.start(["--driver", driver], ["server"], { DOCKER_HOST: daemon.host })
+      server = await servers.start(["--driver", driver], ["server"], undefined, { DOCKER_HOST: daemon.host })
       const api = (method: string, path: string, body?: unknown) => call(server.url, method, path, body)
       const task = (name: string, shell: string) =>
         `await runtime.run({ name: ${JSON.stringify(name)}, image: "busybox", command: { path: "sh", args: ["-c", ${JSON.stringify(shell)}] } })`

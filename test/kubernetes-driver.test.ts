@@ -19,6 +19,7 @@ import {
 // run by its node in Docker. The same pipelines as test/examples.test.ts and test/yaml-examples.test.ts.
 
 const secret = "bonjour-secret-value"
+type Task = { path: string; status: string; code: number | null; stdout: string; stderr: string }
 const run = promisify(execFile)
 
 describeDocker("examples on runnel server --driver kubernetes", () => {
@@ -39,7 +40,6 @@ describeDocker("examples on runnel server --driver kubernetes", () => {
     expect(answer.body.driver).toBe("kubernetes")
   }
 
-  type Task = { path: string; status: string; code: number | null; stdout: string; stderr: string }
   const outputOf = (tasks: Task[]) => tasks.map((task) => task.stdout).join("")
 
   it.each([
@@ -111,6 +111,41 @@ describeDocker("examples on runnel server --driver kubernetes", () => {
     expect(outputOf((await runToEnd(server.url, "yaml-cache", 120_000)).tasks)).toContain("runs so far: 2\n")
   })
 
+  it("ends a YAML task past container_limits.memory as a failure, its Pod OOM-killed, the reason in its stderr", async () => {
+    const content = `jobs:
+- name: j
+  plan:
+  - task: hungry
+    container_limits: {memory: 16MB}
+    config:
+      platform: linux
+      image_resource: {type: registry-image, source: {repository: busybox}}
+      run: {path: sh, args: [-c, "head -c 64m /dev/zero | tail"]}
+`
+    expect((await api("PUT", "/api/pipelines/hungry", { content, content_type: "yaml" })).status).toBe(201)
+    const { run, tasks } = await runToEnd(server.url, "hungry", 120_000)
+    expect(run.status).toBe("failure")
+    const [task] = tasks as Task[]
+    expect([task?.status, task?.code]).toEqual(["failure", 137])
+    expect(task?.stderr).toContain(
+      "runnel: the task used more memory than its limit of 16Mi and was killed (OOMKilled)",
+    )
+  })
+
+  it("refuses a privileged task, naming the server's flag, before any Pod is made", async () => {
+    const content = `export const pipeline = async () => {
+  await runtime.run({ name: "root", image: "busybox", command: { path: "true" }, privileged: true })
+}
+`
+    expect((await api("PUT", "/api/pipelines/root", { content, content_type: "ts" })).status).toBe(201)
+    const { run, tasks } = await runToEnd(server.url, "root", 60_000)
+    expect(run.status).toBe("error")
+    expect(run.error_message).toBe(
+      'task "tasks/1/root" asks to run privileged, which is not allowed here; start runnel server (or runnel operator) with --allow-privileged-tasks (CI_ALLOW_PRIVILEGED_TASKS=true) to allow it',
+    )
+    expect((tasks as Task[]).map((task) => task.status)).toEqual(["error"])
+  })
+
   it("leaves no Pod, Secret or run claim behind once the runs ended", async () => {
     const left = await kubectl(
       server,
@@ -123,6 +158,48 @@ describeDocker("examples on runnel server --driver kubernetes", () => {
     )
     // Only the cache claim outlives its runs.
     expect(left.split("\n").filter((line) => line !== "" && !line.includes("runnel-cache-"))).toEqual([])
+  })
+})
+
+describeDocker("runnel server --driver kubernetes --allow-privileged-tasks", () => {
+  const servers = serverProcesses("runnel-kubernetes-privileged-")
+  afterAll(() => servers.cleanUp())
+
+  // The Pod is privileged: it mounts a tmpfs, or (a Docker daemon inside a container, as on runnel's
+  // build machines) the runtime refuses every capability in its own words; runnel refuses nothing.
+  it("runs a privileged task as a privileged Pod", async () => {
+    const server = await servers.start(["--driver", "kubernetes", "--allow-privileged-tasks"])
+    const content = `export const pipeline = async () => {
+  await runtime.run({ name: "root", image: "busybox", command: { path: "sh", args: ["-c", "sleep 1; mount -t tmpfs none /mnt && echo mounted"] }, privileged: true })
+}
+`
+    expect((await call(server.url, "PUT", "/api/pipelines/root", { content, content_type: "ts" })).status).toBe(201)
+    const runId = (await call(server.url, "POST", "/api/pipelines/root/trigger")).body.run_id
+    const context = await eventually(
+      () =>
+        kubectl(
+          server,
+          "get",
+          "pods",
+          "-l",
+          `runnel.dev/run=${runId}`,
+          "-o",
+          "jsonpath={.items[0].spec.containers[0].securityContext}",
+        ),
+      (text) => text !== "",
+      "the task's Pod exists",
+      60_000,
+    )
+    expect(JSON.parse(context)).toEqual({ privileged: true })
+    const run = await eventually(
+      () => call(server.url, "GET", `/api/runs/${runId}`),
+      (answer) => ["success", "failure", "error"].includes(answer.body.status),
+      "the run finishes",
+      60_000,
+    )
+    const tasks = (await call(server.url, "GET", `/api/runs/${runId}/tasks`)).body as Task[]
+    if (run.body.status === "success") expect(tasks[0]?.stdout).toBe("mounted\n")
+    else expect(run.body.error_message).toMatch(/apply caps|operation not permitted/)
   })
 })
 

@@ -29,6 +29,8 @@ export const libDependencies: Readonly<Record<string, readonly string[]>> = {
   kube: ["core", "script", "secrets"],
   // Running a container on a Docker daemon, one way for the docker driver and the embedded API's Pods; core for SystemError.
   containers: ["core"],
+  // The Prometheus series of every role, defined once; core for the status words its labels use.
+  metrics: ["core"],
 }
 
 /** lib/ modules that know nothing of runnel's domain: the only part of lib/ the embedded API may use. */
@@ -48,6 +50,7 @@ export const packagePlaces: Readonly<Record<string, readonly string[]>> = {
   "@marcbachmann/cel-js": ["lib/cel/"],
   "@modelcontextprotocol/sdk": ["apiserver/mcp/"],
   zod: ["apiserver/mcp/"],
+  "prom-client": ["lib/metrics/"],
   vitest: [],
 }
 

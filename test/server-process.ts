@@ -17,11 +17,13 @@ export function serverProcesses(prefix: string) {
     dir,
     /**
      * `bin/runnel server --port 0 --driver native --allowed-drivers *,native` on a temp database, unless `command` or
-     * `args` say otherwise; `env` is added to this process's environment (DOCKER_HOST, say).
+     * `args` say otherwise; `ready` finds its URL in stdout (the listening line; `runnel operator` has only its metrics line);
+     * `env` is added to this process's environment (DOCKER_HOST, say).
      */
     start(
       args: readonly string[] = [],
       command: readonly string[] = ["server"],
+      ready = /listening on (https?:\/\/\S+)/,
       env: NodeJS.ProcessEnv = {},
     ): Promise<ServerProcess> {
       const cwd = mkdtempSync(join(dir, `server-${++count}-`))
@@ -29,8 +31,8 @@ export function serverProcesses(prefix: string) {
         runnelBin,
         [
           ...command,
-          "--port",
-          "0",
+          // `runnel operator` serves no API, so it has no --port.
+          ...(command[0] === "operator" ? [] : ["--port", "0"]),
           "--driver",
           "native",
           // Named, so that it stays allowed with authentication on, where `*` leaves it out.
@@ -49,10 +51,10 @@ export function serverProcesses(prefix: string) {
         stderr += text
       })
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no listening line within 20 s; stderr: ${stderr}`)), 20_000)
+        const timer = setTimeout(() => reject(new Error(`no ${ready} line within 20 s; stderr: ${stderr}`)), 20_000)
         child.stdout?.setEncoding("utf8").on("data", (text: string) => {
           stdout += text
-          const match = /listening on (https?:\/\/\S+)/.exec(stdout)
+          const match = ready.exec(stdout)
           if (match?.[1] !== undefined) {
             clearTimeout(timer)
             resolve({ url: match[1], cwd, child, stdout: () => stdout, stderr: () => stderr })

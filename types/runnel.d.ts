@@ -69,6 +69,22 @@ interface RunTask {
    * the pipeline's own time limit (`--pipeline-timeout`).
    */
   timeout?: string
+  /**
+   * What the task's container may use, as Kubernetes writes it. `cpu`: CPUs, a
+   * number (`0.5`, `2`) or a quantity (`"500m"`, `"2"`), at least `"1m"`.
+   * `memory`: bytes, a whole number or a quantity (`"256Mi"`, `"1Gi"`, `"500M"`).
+   * Each is a hard limit (a Pod's requests and limits alike): a task past its
+   * memory is killed by the kernel and ends with code 137, its stderr saying
+   * `OOMKilled`. The `native` driver does not enforce them and says so on the
+   * task's stderr.
+   */
+  resources?: { cpu?: number | string; memory?: number | string }
+  /**
+   * Run the container privileged: every capability, root on the Docker host or
+   * Kubernetes node. Refused (the run ends with status `error`) unless the server
+   * was started with `--allow-privileged-tasks`; the `native` driver never runs one.
+   */
+  privileged?: boolean
 }
 
 /** What `runtime.run()` resolves to once the task has ended. */

@@ -5,11 +5,12 @@ import { featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts
 import { isFinalRunStatus } from "../../lib/core/status.ts"
 import type { ResourceClient } from "../../lib/kube/resource-client.ts"
 import type { RunObject, RunWebhookResponse } from "../../lib/kube/resources.ts"
+import type { ApiMetrics, WebhookOutcome } from "../../lib/metrics/metrics.ts"
 import { rawBody } from "../body.ts"
 import { findPipeline } from "../find-pipeline.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
 import type { RouteAccess } from "../route-access.ts"
-import { detectProvider, verifyWebhook } from "../webhooks/providers.ts"
+import { detectProvider, providerOf, verifyWebhook } from "../webhooks/providers.ts"
 import { webhookRun } from "../webhooks/webhook-run.ts"
 
 export type WebhookRoutesDeps = NewRunDeps & {
@@ -22,7 +23,23 @@ export type WebhookRoutesDeps = NewRunDeps & {
   /** Slack and Stripe timestamps further than this from now are refused as replays. */
   webhookMaxAgeMs: number
   access: Pick<RouteAccess, "signature">
+  /** Each delivery's provider and outcome, for monitoring; nothing is recorded without it. */
+  metrics?: Pick<ApiMetrics, "webhookDelivered">
 }
+
+/** The outcome of a refused delivery, by the refusal's code; any other 4xx is `refused`, a 5xx `error`. */
+const refusals: Readonly<Record<string, WebhookOutcome>> = {
+  unauthorized: "rejected-signature",
+  not_found: "unknown-pipeline",
+  paused: "paused",
+  feature_disabled: "feature-disabled",
+  too_large: "too-large",
+  queue_full: "queue-full",
+  webhook_secret_missing: "secret-unavailable",
+}
+
+const outcomeOf = (error: unknown): WebhookOutcome =>
+  error instanceof RunnelError ? (refusals[error.code] ?? (error.status < 500 ? "refused" : "error")) : "error"
 
 /** Response headers the server sets itself; a pipeline's own would contradict the body it sends. */
 const serverHeaders = new Set(["content-length", "transfer-encoding", "connection", "keep-alive"])
@@ -37,7 +54,23 @@ const serverHeaders = new Set(["content-length", "transfer-encoding", "connectio
 export function webhookRoutes(deps: WebhookRoutesDeps): Router {
   const router = new Router()
 
+  const { metrics } = deps
   router.all("/api/webhooks/:pipeline_id", deps.access.signature, async (ctx) => {
+    if (metrics === undefined) {
+      await deliver(ctx)
+      return
+    }
+    // The provider by its headers, read again here so that a refusal before detection is labelled too.
+    try {
+      metrics.webhookDelivered(providerOf(ctx.req).name, await deliver(ctx))
+    } catch (error) {
+      metrics.webhookDelivered(providerOf(ctx.req).name, outcomeOf(error))
+      throw error
+    }
+  })
+
+  /** Verifies the delivery, creates its Run and answers; resolves with how it was answered. */
+  async function deliver(ctx: Context): Promise<"accepted" | "answered"> {
     if (!deps.features.includes("webhooks")) {
       throw featureDisabled("webhooks")
     }
@@ -52,20 +85,20 @@ export function webhookRoutes(deps: WebhookRoutesDeps): Router {
     const verdict = verifyWebhook(request, provider, secret, { now: new Date(), maxAgeMs: deps.webhookMaxAgeMs })
     if (!verdict.ok) throw new RunnelError(401, "unauthorized", verdict.message)
     const run = await admitRun(deps, pipeline, webhookRun(request, provider))
-    await answer(ctx, run, deps)
-  })
+    return answer(ctx, run, deps)
+  }
 
   return router
 }
 
 /** The pipeline's response when it gives one in time, else 202 with the run's id. */
-async function answer(ctx: Context, run: RunObject, deps: WebhookRoutesDeps): Promise<void> {
+async function answer(ctx: Context, run: RunObject, deps: WebhookRoutesDeps): Promise<"accepted" | "answered"> {
   const id = run.metadata?.name ?? ""
   const response = await responseOf(id, deps)
   if (response === undefined) {
     ctx.status = 202
     ctx.body = { run_id: id }
-    return
+    return "accepted"
   }
   ctx.status = response.status
   for (const [name, value] of Object.entries(response.headers ?? {})) {
@@ -73,6 +106,7 @@ async function answer(ctx: Context, run: RunObject, deps: WebhookRoutesDeps): Pr
   }
   ctx.set("X-Runnel-Run-Id", id)
   ctx.body = response.body ?? ""
+  return "answered"
 }
 
 /**

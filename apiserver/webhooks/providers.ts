@@ -36,9 +36,15 @@ export type DetectedWebhook = { provider: string; eventType: string }
 /** Slack and Stripe's own libraries allow five minutes between signing and receipt. */
 export const defaultMaxAgeMs = 5 * 60_000
 
+/** The provider whose header `request` carries (detection reads headers alone); generic when none. Never throws. */
+export function providerOf(request: Pick<IncomingWebhook, "headers">): WebhookProvider {
+  for (const provider of webhookProviders) if (provider.matches(request)) return provider
+  return generic
+}
+
 /** The provider that sent `request` and its event type ("" when the request does not say). Never throws. */
 export function detectProvider(request: IncomingWebhook): DetectedWebhook {
-  const provider = webhookProviders.find((candidate) => candidate.matches(request)) ?? generic
+  const provider = providerOf(request)
   return { provider: provider.name, eventType: provider.eventType(request) }
 }
 

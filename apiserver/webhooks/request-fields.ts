@@ -12,7 +12,7 @@ function valuesOf(record: Readonly<Record<string, string | string[] | undefined>
   return Array.isArray(value) ? value.filter((item) => typeof item === "string") : [value]
 }
 
-export function headerValues(request: IncomingWebhook, name: string): string[] {
+export function headerValues(request: Pick<IncomingWebhook, "headers">, name: string): string[] {
   return valuesOf(request.headers, name)
 }
 
@@ -21,7 +21,7 @@ export function queryValues(request: IncomingWebhook, name: string): string[] {
 }
 
 /** True when the header was sent, even empty: detection is by presence. */
-export function hasHeader(request: IncomingWebhook, name: string): boolean {
+export function hasHeader(request: Pick<IncomingWebhook, "headers">, name: string): boolean {
   return headerValues(request, name).length > 0
 }
 

@@ -38,7 +38,7 @@ export interface WebhookProvider {
   readonly name: string
   /** True when a request is refused unless a secret is configured, whatever it carries. */
   readonly secretRequired: boolean
-  matches(request: IncomingWebhook): boolean
+  matches(request: Pick<IncomingWebhook, "headers">): boolean
   eventType(request: IncomingWebhook): string
   verify(request: IncomingWebhook, secret: string, options: VerifyOptions): Verification
 }

@@ -7,6 +7,7 @@ import { type ApiSettings, apiPart, type HttpSettings, httpPart, serverFlags } f
 const apiserverFlagNames = [
   "port",
   "host",
+  "metrics-port",
   "kubeconfig",
   "namespace",
   "storage-sqlite-path",

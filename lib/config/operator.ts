@@ -26,6 +26,13 @@ export const mockImageFlag: FlagSpec = {
     "YAML pipelines: the image with a POSIX shell that stands for a mock resource's mirror_self image and runs runnel's small file tasks",
 }
 
+/** Whether a task may ask for a privileged container (runner and operator). */
+export const allowPrivilegedTasksFlag: FlagSpec = {
+  name: "allow-privileged-tasks",
+  description:
+    "let tasks ask for privileged: true (runtime.run, YAML task steps): root on the Docker host or Kubernetes node; refused by default",
+}
+
 /** What a script's fetch(), notifications and native git may reach (runner and operator). */
 export const networkFlags: readonly FlagSpec[] = [
   {
@@ -202,6 +209,7 @@ export const operatorFlags: readonly FlagSpec[] = [
   },
   mockImageFlag,
   ...networkFlags,
+  allowPrivilegedTasksFlag,
   {
     name: "schedules-mode",
     value: "MODE",
@@ -249,6 +257,24 @@ export const operatorFlags: readonly FlagSpec[] = [
   },
 ]
 
+/** `--metrics-port` of every serving role (docs/operations.md, "What to watch"). */
+export const metricsPortFlag: FlagSpec = {
+  name: "metrics-port",
+  value: "PORT",
+  description:
+    "serve Prometheus metrics at GET /metrics on a port of their own (0 takes a free one), on the address of --host and without authentication, so keep the port where only the scraper reaches it; off without it",
+}
+
+/** `runnel operator` serves nothing but its metrics: its flags, and where --metrics-port listens. */
+export const operatorCommandFlags: readonly FlagSpec[] = [
+  ...operatorFlags,
+  metricsPortFlag,
+  { name: "host", value: "HOST", defaultValue: "127.0.0.1", description: "address --metrics-port serves on" },
+]
+
+/** Where a role serves /metrics. */
+export type MetricsSettings = { readonly port: number; readonly host: string }
+
 /** What the operator and the API server both read: where the resources are, the drivers, the stores, the features. */
 export type RoleSettings = {
   readonly kube: KubeSource
@@ -269,6 +295,8 @@ export type RoleSettings = {
   readonly features: readonly Feature[]
   /** The environment the drivers read: the Docker host, the PATH of native tasks. */
   readonly host: HostEnvironment
+  /** `--metrics-port` and `--host`: absent, the process serves no metrics and records none. */
+  readonly metrics?: MetricsSettings
 }
 
 /** The operator's settings, checked; each part gets its slice. */
@@ -284,6 +312,8 @@ export type OperatorSettings = RoleSettings & {
   readonly schedules: { readonly mode: "timer" | "cronjob"; readonly image: string; readonly serviceAccount: string }
   /** The kubernetes driver's PersistentVolumeClaims: a run's volumes and YAML caches. */
   readonly taskVolumes: TaskVolumeSettings
+  /** `--allow-privileged-tasks`: without it a task asking for `privileged` ends in error. */
+  readonly allowPrivilegedTasks: boolean
 }
 
 export type TaskVolumeSettings = {
@@ -298,7 +328,9 @@ export function operatorSettings(
   driverNames: readonly string[],
   env: NodeJS.ProcessEnv = process.env,
 ): OperatorSettings {
-  return deepFreeze(operatorPart(readFlags(operatorFlags, cli, env), "operator", driverNames, hostEnvironment(env)))
+  return deepFreeze(
+    operatorPart(readFlags(operatorCommandFlags, cli, env), "operator", driverNames, hostEnvironment(env)),
+  )
 }
 
 /** The operator's part of `flags` (also `runnel server`'s): a bad value is a 400 naming its flag. */
@@ -327,6 +359,7 @@ export function operatorPart(
       serviceAccount: String(flags["schedules-service-account"]),
     },
     taskVolumes: taskVolumesPart(flags),
+    allowPrivilegedTasks: parseSwitch(flags["allow-privileged-tasks"] as string | undefined, "allow-privileged-tasks"),
   }
 }
 
@@ -395,7 +428,19 @@ export function rolePart(
     host,
   }
   const kube = kubeSource(role, flags.kubeconfig === undefined ? undefined : String(flags.kubeconfig), host)
-  return { kube, ...settings }
+  const metrics = metricsPart(flags)
+  return { kube, ...settings, ...(metrics === undefined ? {} : { metrics }) }
+}
+
+/** --metrics-port on --host, when given; it cannot be the --port the API serves on. */
+function metricsPart(flags: FlagValues): MetricsSettings | undefined {
+  const given = flags["metrics-port"]
+  if (given === undefined || given === "") return undefined
+  const port = given === "0" ? 0 : parsePositiveInt(String(given), "metrics-port")
+  if (port !== 0 && flags.port === String(port)) {
+    throw badRequest(`--metrics-port ${port} is the --port the API serves on; choose another port for the metrics`)
+  }
+  return { port, host: String(flags.host) }
 }
 
 /** `--allowed-drivers` as given: names, or `*`. */

@@ -8,9 +8,17 @@ import {
   hostEnvironment,
   parseKeyValues,
   parsePositiveInt,
+  parseSwitch,
   readFlags,
 } from "./flags.ts"
-import { checkDriverName, mockImageFlag, type NetworkSettings, networkFlags, networkPart } from "./operator.ts"
+import {
+  allowPrivilegedTasksFlag,
+  checkDriverName,
+  mockImageFlag,
+  type NetworkSettings,
+  networkFlags,
+  networkPart,
+} from "./operator.ts"
 
 export const runnerFlags: readonly FlagSpec[] = [
   { name: "driver", value: "NAME", defaultValue: "docker", description: "runs the tasks: docker or native" },
@@ -30,6 +38,7 @@ export const runnerFlags: readonly FlagSpec[] = [
   { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of the whole run" },
   mockImageFlag,
   ...networkFlags,
+  allowPrivilegedTasksFlag,
 ]
 
 /** `runnel runner`: one pipeline file on this machine, without a server. */
@@ -44,6 +53,8 @@ export type RunnerSettings = {
   readonly network: NetworkSettings
   /** The environment the drivers read: the Docker host, the PATH of native tasks. */
   readonly host: HostEnvironment
+  /** `--allow-privileged-tasks`: without it a task asking for `privileged` ends in error. */
+  readonly allowPrivilegedTasks: boolean
 }
 
 /** `runnel runner`'s settings from its command line and environment, checked and frozen. */
@@ -66,5 +77,6 @@ export function runnerSettings(
     mockImage: String(flags["mock-image"]),
     network: networkPart(flags, defaultFeatures),
     host: hostEnvironment(env),
+    allowPrivilegedTasks: parseSwitch(flags["allow-privileged-tasks"] as string | undefined, "allow-privileged-tasks"),
   })
 }

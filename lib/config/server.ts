@@ -11,7 +11,7 @@ import {
   parseSwitch,
   readFlags,
 } from "./flags.ts"
-import { allowedDriverNames, type OperatorSettings, operatorFlags, operatorPart } from "./operator.ts"
+import { allowedDriverNames, metricsPortFlag, type OperatorSettings, operatorFlags, operatorPart } from "./operator.ts"
 
 /** Where the process serves HTTP. */
 export type HttpSettings = {
@@ -37,6 +37,7 @@ export type ApiSettings = {
 export const serverFlags: readonly FlagSpec[] = [
   { name: "port", value: "PORT", defaultValue: "8080", description: "port to serve on; 0 takes a free one" },
   { name: "host", value: "HOST", defaultValue: "127.0.0.1", description: "address to serve on" },
+  metricsPortFlag,
   {
     name: "tls-cert-file",
     value: "FILE",

@@ -22,6 +22,23 @@ describe("settings per role", () => {
     expect(Object.isFrozen(settings.host)).toBe(true)
   })
 
+  it("serve metrics only with --metrics-port, on --host, for every serving role", () => {
+    expect(serverSettings({}, drivers, env).metrics).toBeUndefined()
+    expect(serverSettings({ metricsPort: "9090", host: "0.0.0.0" }, drivers, env).metrics).toEqual({
+      port: 9090,
+      host: "0.0.0.0",
+    })
+    expect(apiserverSettings({}, drivers, { ...env, CI_METRICS_PORT: "0" }).metrics).toEqual({
+      port: 0,
+      host: "127.0.0.1",
+    })
+    expect(operatorSettings({ metricsPort: "9091" }, drivers, env).metrics).toEqual({ port: 9091, host: "127.0.0.1" })
+    expect(() => serverSettings({ metricsPort: "nine" }, drivers, env)).toThrow(/--metrics-port/)
+    expect(() => serverSettings({ metricsPort: "8080" }, drivers, env)).toThrow(
+      /--metrics-port 8080 is the --port the API serves on/,
+    )
+  })
+
   it("read a flag, then its CI_* variable, then the default", () => {
     expect(serverSettings({ port: "9000" }, drivers, { ...env, CI_PORT: "9001" }).http.port).toBe(9000)
     expect(serverSettings({}, drivers, { ...env, CI_PORT: "9001" }).http.port).toBe(9001)
@@ -191,6 +208,16 @@ describe("settings per role", () => {
     )
     expect(() => serverSettings({ fetchMaxResponseMb: "0" }, drivers, env)).toThrow(
       '--fetch-max-response-mb must be a positive whole number, not "0"',
+    )
+  })
+
+  it("refuse privileged tasks unless --allow-privileged-tasks or its variable allows them", () => {
+    expect(serverSettings({}, drivers, env).allowPrivilegedTasks).toBe(false)
+    expect(serverSettings({ allowPrivilegedTasks: true }, drivers, env).allowPrivilegedTasks).toBe(true)
+    expect(operatorSettings({}, drivers, { ...env, CI_ALLOW_PRIVILEGED_TASKS: "1" }).allowPrivilegedTasks).toBe(true)
+    expect(runnerSettings({ allowPrivilegedTasks: true }, drivers, env).allowPrivilegedTasks).toBe(true)
+    expect(() => serverSettings({}, drivers, { ...env, CI_ALLOW_PRIVILEGED_TASKS: "yes" })).toThrow(
+      '--allow-privileged-tasks is a switch; its variable CI_ALLOW_PRIVILEGED_TASKS is true, 1, false or 0, not "yes"',
     )
   })
 

@@ -26,7 +26,10 @@ export type ContainerSpec = {
   readonly output: "attach" | "kept"
   readonly security?: ContainerSecurity
   readonly memoryBytes?: number | undefined
+  /** A CFS quota: at most this many CPUs, in billionths. */
   readonly nanoCpus?: number | undefined
+  /** A relative CPU weight (1024 is the default), no cap. */
+  readonly cpuShares?: number | undefined
 }
 
 /** What a Pod's securityContext asks of the container runtime. */
@@ -366,6 +369,7 @@ function createOptions(spec: ContainerSpec): Docker.ContainerCreateOptions {
       // No swap beyond the limit, as a kubelet's containers: past it the container is OOM-killed.
       ...(spec.memoryBytes === undefined ? {} : { Memory: spec.memoryBytes, MemorySwap: spec.memoryBytes }),
       ...(spec.nanoCpus === undefined ? {} : { NanoCpus: spec.nanoCpus }),
+      ...(spec.cpuShares === undefined ? {} : { CpuShares: spec.cpuShares }),
     },
   }
 }

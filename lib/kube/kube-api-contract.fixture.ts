@@ -813,6 +813,56 @@ export function kubePodContract(name: string, open: () => Promise<KubeApiUnderTe
       expect(done.status?.startTime).toBeInstanceOf(Date)
     })
 
+    it("enforces a container's memory limit: Failed, exit code 137, reason OOMKilled", async () => {
+      const container: V1Container = {
+        name: "main",
+        image,
+        command: ["sh", "-c", "head -c 64m /dev/zero | tail"],
+        resources: { limits: { memory: "16Mi" } },
+      }
+      await createPod({ metadata: { name: "oom" }, spec: { restartPolicy: "Never", containers: [container] } })
+      const done = await podWhen("oom", finished, "has finished")
+      expect(done.status?.phase).toBe("Failed")
+      expect(done.status?.containerStatuses?.[0]?.state?.terminated).toMatchObject({
+        exitCode: 137,
+        reason: "OOMKilled",
+      })
+      // A limit alone is also the request: both given for memory only is Burstable.
+      expect(done.spec?.containers[0]?.resources?.requests).toEqual({ memory: "16Mi" })
+      expect(done.status?.qosClass).toBe("Burstable")
+    })
+
+    it("refuses a resource quantity that is not one with 400, and a request above its limit with 422", async () => {
+      const sized = (podName: string, resources: V1Container["resources"]): V1Pod => ({
+        metadata: { name: podName },
+        spec: { containers: [{ name: "main", image, command: ["true"], resources }] },
+      })
+      const lots = await refusal(createPod(sized("lots", { limits: { memory: "lots" } })))
+      expect(lots.code).toBe(400)
+      expect(lots.status.message).toContain("quantities must match the regular expression")
+      const above = await refusal(createPod(sized("above", { requests: { cpu: "2" }, limits: { cpu: "1" } })))
+      expect(above.code).toBe(422)
+      expect(above.status.message).toContain(
+        'spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1',
+      )
+    })
+
+    it("leaves a Pod whose required node affinity matches no node Pending, Unschedulable in the scheduler's words", async () => {
+      const affinity = {
+        nodeAffinity: {
+          requiredDuringSchedulingIgnoredDuringExecution: {
+            nodeSelectorTerms: [{ matchFields: [{ key: "metadata.name", operator: "In", values: ["no-such-node"] }] }],
+          },
+        },
+      }
+      await createPod(pod("elsewhere", "true", { affinity }))
+      const waiting = await podWhen("elsewhere", (found) => (found.status?.conditions ?? []).length > 0, "is judged")
+      expect(waiting.spec?.nodeName).toBeUndefined()
+      const scheduled = waiting.status?.conditions?.find((condition) => condition.type === "PodScheduled")
+      expect(scheduled).toMatchObject({ status: "False", reason: "Unschedulable" })
+      expect(scheduled?.message).toContain("didn't match Pod's node affinity/selector")
+    })
+
     it("reports Failed with the exit code and reason Error for a container that exits non-zero", async () => {
       await createPod(pod("fails", "exit 3"))
       const done = await podWhen("fails", finished, "has finished")

@@ -10,6 +10,10 @@ export type DriverContractOptions = {
   readonly remains?: (runId: string) => Promise<readonly string[]>
   /** Removes a cache the suite made, which the contract itself never does; without it the suite leaves its caches behind. */
   readonly removeCache?: (key: string) => Promise<void>
+  /** Whether the driver enforces a task's `resources` (containers do); one that does not says so on the task's stderr. Default true. */
+  readonly enforcesResources?: boolean
+  /** Whether the driver runs privileged tasks (containers do); one that cannot rejects with a SystemError naming itself. Default true. */
+  readonly runsPrivileged?: boolean
 }
 
 /**
@@ -73,6 +77,72 @@ export function driverContract(name: string, make: () => Driver, options: Driver
       expect(output.out()).toBe("hello\n")
       expect(output.err()).toBe("")
     })
+
+    if (options.enforcesResources ?? true) {
+      it("kills a task past its memory limit with 137, a line on stderr giving the reason", async () => {
+        const { run } = await openRun()
+        const output = collect()
+        const task = shell("head -c 64m /dev/zero | tail", { resources: { memoryBytes: 16 * 1024 * 1024 } })
+        expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
+        // The shell may report its killed child ("Killed") first; the driver adds the reason.
+        expect(output.err()).toMatch(
+          /(^|\n)runnel: the task used more memory than its limit of 16Mi and was killed \(OOMKilled\)\n$/,
+        )
+      })
+
+      it("limits the task's memory: the task sees its limit", async () => {
+        const { run } = await openRun()
+        const output = collect()
+        const memoryFile =
+          "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+        await run.exec(shell(memoryFile, { resources: { memoryBytes: 32 * 1024 * 1024 } }), output, never)
+        expect(output.out()).toBe("33554432\n")
+      })
+
+      it("says nothing of memory when a task fails within its limit", async () => {
+        const { run } = await openRun()
+        const output = collect()
+        const task = shell("exit 137", { resources: { memoryBytes: 64 * 1024 * 1024 } })
+        expect(await run.exec(task, output, never)).toEqual({ code: 137, timedOut: false })
+        expect(output.err()).toBe("")
+      })
+    } else {
+      it("runs a task with resources without limits, saying so on its stderr", async () => {
+        const { run } = await openRun()
+        const output = collect()
+        const task = shell("echo ran", { resources: { memoryBytes: 16 * 1024 * 1024, cpuMillis: 500 } })
+        expect(await run.exec(task, output, never)).toEqual({ code: 0, timedOut: false })
+        expect(output.out()).toBe("ran\n")
+        expect(output.err()).toBe(
+          `runnel: the ${name} driver does not enforce resources; the task runs without limits\n`,
+        )
+      })
+    }
+
+    if (options.runsPrivileged ?? true) {
+      // A privileged container can mount a filesystem; one that is not, cannot. Where the machine itself
+      // withholds a capability (a Docker daemon inside a container, as on runnel's build machines), the
+      // runtime refuses to start a privileged container, and the driver rejects with its words.
+      it("runs a privileged task privileged: it mounts a tmpfs, or the runtime says it cannot grant every capability", async () => {
+        const { run } = await openRun()
+        const mount = "mount -t tmpfs none /mnt && echo mounted"
+        expect((await run.exec(shell(mount), collect(), never)).code).not.toBe(0)
+        const output = collect()
+        const privileged = await run.exec(shell(mount, { privileged: true }), output, never).then(
+          (exit) => ({ code: exit.code, message: "" }),
+          (error: Error) => ({ code: undefined, message: error.message }),
+        )
+        if (privileged.code !== undefined) expect([privileged.code, output.out()]).toEqual([0, "mounted\n"])
+        else expect(privileged.message).toMatch(/apply caps|operation not permitted/)
+      })
+    } else {
+      it("rejects a privileged task with a SystemError naming the driver", async () => {
+        const { run } = await openRun()
+        const exec = run.exec(shell("echo ran", { privileged: true }), collect(), never)
+        await expect(exec).rejects.toBeInstanceOf(SystemError)
+        await expect(exec).rejects.toThrow(`which the ${name} driver cannot do`)
+      })
+    }
 
     it("resolves, not rejects, with a non-zero exit code", async () => {
       const { run } = await openRun()

@@ -104,6 +104,43 @@ export type TaskSpec = {
   readonly workDir?: string
   /** Counted from the exec() call, so preparing the task (pulling its image) counts too. */
   readonly timeoutMs?: number
+  /** What the task's container may use; a driver that cannot enforce a limit says so on the task's stderr. */
+  readonly resources?: TaskResources
+  /**
+   * Run the container with every privilege of its host (Docker's and Kubernetes' `privileged`).
+   * The operator refuses such a task before it reaches a driver unless the server allows it
+   * (refusePrivileged); a driver that cannot run one rejects with a SystemError.
+   */
+  readonly privileged?: boolean
+}
+
+/** Limits of one task's container; each absent field is no limit. */
+export type TaskResources = {
+  /** At most this many CPUs, in thousandths (`runtime.run`'s `cpu`: "500m" is 500): a CFS quota. */
+  readonly cpuMillis?: number
+  /** A relative CPU weight, 1024 being one CPU's default (YAML `container_limits.cpu`, Concourse's shares): no cap. */
+  readonly cpuShares?: number
+  /** At most this many bytes of memory, swap included; past it the kernel kills the task (OOMKilled). */
+  readonly memoryBytes?: number
+}
+
+/** The line a driver writes on a task's stderr when the kernel killed it for its memory limit. */
+export function oomKilledNote(resources: TaskResources | undefined): Buffer {
+  const limit = resources?.memoryBytes === undefined ? "" : ` of ${formatBytes(resources.memoryBytes)}`
+  return Buffer.from(`runnel: the task used more memory than its limit${limit} and was killed (OOMKilled)\n`)
+}
+
+/** Bytes as a Kubernetes quantity: the largest binary unit that divides them exactly ("16Mi"), else plain bytes. */
+export function formatBytes(bytes: number): string {
+  for (const [unit, size] of [
+    ["Ti", 1024 ** 4],
+    ["Gi", 1024 ** 3],
+    ["Mi", 1024 ** 2],
+    ["Ki", 1024],
+  ] as const) {
+    if (bytes >= size && bytes % size === 0) return `${bytes / size}${unit}`
+  }
+  return String(bytes)
 }
 
 /** `name` is the name given to createVolume (a cache's key); the driver maps it to what it made. */

@@ -121,6 +121,33 @@ describeDocker("docker", () => {
       expect(await remains(runId)).toEqual([])
     })
 
+    it("gives the container the task's memory, cpu quota and cpu shares", async () => {
+      const { run, runId } = await openRun()
+      const output = collect()
+      const controller = new AbortController()
+      onTestFinished(() => controller.abort(new Error("test over")))
+      const resources = { memoryBytes: 32 * 1024 * 1024, cpuMillis: 500, cpuShares: 512 }
+      const exec = run.exec(shell("echo up; sleep 30", { resources }), output, controller.signal)
+      await until(() => output.out() !== "", 30_000)
+      const containers = await client().listContainers({
+        all: true,
+        filters: { label: [`${dockerLabels.run}=${runId}`] },
+      })
+      expect(containers).toHaveLength(1)
+      const { HostConfig } = await client()
+        .getContainer(containers[0]?.Id ?? "none")
+        .inspect()
+      expect(HostConfig).toMatchObject({
+        Memory: 33554432,
+        MemorySwap: 33554432,
+        NanoCpus: 500_000_000,
+        CpuShares: 512,
+        Privileged: false,
+      })
+      controller.abort(new Error("seen enough"))
+      await expect(exec).rejects.toThrow("seen enough")
+    })
+
     it("reports 137 for a task killed by its timeout", async () => {
       const { run } = await openRun()
       expect(await run.exec(shell("sleep 30", { timeoutMs: 300 }), collect(), never)).toEqual({

@@ -11,6 +11,7 @@ import {
   assertVolumeKind,
   type Driver,
   type DriverFactory,
+  oomKilledNote,
   type RunDriver,
   type TaskExit,
   type TaskOutput,
@@ -146,6 +147,7 @@ class DockerRun implements RunDriver {
       // if the task had failed by itself; only a new connection tells that it is going away. (A task that exits
       // 0 on SIGTERM passes: asking after every task would cost a connection each, ≈3 ms on a busy daemon.)
       if (code !== 0 && !(await daemon.ping())) throw daemon.wentAway(what, "it no longer takes connections")
+      if (code !== 0 && !timedOut && (await daemon.inspect(id)).oomKilled) output.stderr(oomKilledNote(task.resources))
       return { code, timedOut }
     } catch (error) {
       if (signal.aborted) throw signal.reason
@@ -235,6 +237,10 @@ class DockerRun implements RunDriver {
       mounts,
       // runnel stores output from the attach stream; the daemon's own log driver would only cost.
       output: "attach",
+      ...(task.privileged === true ? { security: { privileged: true } } : {}),
+      memoryBytes: task.resources?.memoryBytes,
+      nanoCpus: task.resources?.cpuMillis === undefined ? undefined : task.resources.cpuMillis * 1e6,
+      cpuShares: task.resources?.cpuShares,
     }
   }
 }

@@ -1,5 +1,8 @@
+import { execFile } from "node:child_process"
+import { hostname } from "node:os"
 import { join } from "node:path"
-import { ApiException, CoreV1Api } from "@kubernetes/client-node"
+import { promisify } from "node:util"
+import { ApiException, CoreV1Api, type V1Pod, type V1PodSpec, Watch } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest"
 import type { RunningApi } from "../../../kubeserver/embedded-api.fixture.ts"
 import { startEmbeddedApi } from "../../../kubeserver/embedded-api.fixture.ts"
@@ -13,6 +16,9 @@ import { collect, driverContract, until } from "../driver-contract.fixture.ts"
 import { cacheClaimName, kubernetesDriverFactory, kubernetesLabels } from "./kubernetes-driver.ts"
 
 const never = new AbortController().signal
+const execFileAsync = promisify(execFile)
+/** The embedded API's one node is named after the machine. */
+const nodeName = hostname().toLowerCase()
 const docker = new DockerHost(dockerHost ?? "/var/run/docker.sock", "start Docker")
 
 describeDocker("kubernetes", () => {
@@ -76,8 +82,35 @@ describeDocker("kubernetes", () => {
     }
   }
 
-  async function openRun() {
-    const driver = factory().create({})
+  /**
+   * The specs of the Pods created from now on, as the API stored them (spec.nodeName included once
+   * bound), in the order they were created: Pods are deleted once their task ends.
+   */
+  async function podSpecs(): Promise<() => V1PodSpec[]> {
+    const specs = new Map<string, V1PodSpec>()
+    const watching = await new Watch(running.kubeConfig).watch(
+      `/api/v1/namespaces/${namespace}/pods`,
+      { resourceVersion: (await core.listNamespacedPod({ namespace })).metadata?.resourceVersion },
+      (_type, pod: V1Pod) => {
+        const name = pod.metadata?.name ?? ""
+        const before = specs.get(name)
+        if (pod.spec !== undefined)
+          specs.set(name, { ...before, ...pod.spec, nodeName: pod.spec.nodeName ?? before?.nodeName })
+      },
+      () => {},
+    )
+    onTestFinished(() => watching.abort())
+    return () => [...specs.values()]
+  }
+
+  async function hostConfig(id: string): Promise<Record<string, unknown>> {
+    const { stdout } = await execFileAsync("docker", ["inspect", "--format", "{{json .HostConfig}}", id], {
+      env: { ...process.env, ...(dockerHost === undefined ? {} : { DOCKER_HOST: dockerHost }) },
+    })
+    return JSON.parse(stdout)
+  }
+
+  async function openRun(driver = factory().create({})) {
     const runId = `kube-test-${Math.random().toString(36).slice(2, 8)}`
     const run = await driver.open(runId)
     onTestFinished(async () => {
@@ -133,6 +166,96 @@ describeDocker("kubernetes", () => {
       await expect(exec).rejects.toThrow("stop")
       expect(await remains(runId)).toEqual([])
       expect(await containers()).toEqual([])
+    })
+
+    it("asks for the task's resources as requests and limits, and its node enforces them on the container", async () => {
+      const { run, runId } = await openRun()
+      const output = collect()
+      const controller = new AbortController()
+      onTestFinished(() => controller.abort(new Error("test over")))
+      const resources = { memoryBytes: 32 * 1024 * 1024, cpuMillis: 500 }
+      const exec = run.exec(shell("echo up; sleep 30", { resources }), output, controller.signal)
+      await until(() => output.out() !== "", 60_000)
+      const [pod] = (await core.listNamespacedPod({ namespace, labelSelector: `${kubernetesLabels.run}=${runId}` }))
+        .items
+      expect(pod?.spec?.containers[0]?.resources).toEqual({
+        requests: { cpu: "500m", memory: "32Mi" },
+        limits: { cpu: "500m", memory: "32Mi" },
+      })
+      expect(pod?.status?.qosClass).toBe("Guaranteed")
+      const [container] = await docker.containers(`${kubeletLabels.pod}=${pod?.metadata?.uid}`)
+      expect(await hostConfig(container?.id ?? "")).toMatchObject({
+        Memory: 33554432,
+        NanoCpus: 500_000_000,
+        CpuShares: 512,
+        Privileged: false,
+      })
+      controller.abort(new Error("seen enough"))
+      await expect(exec).rejects.toThrow("seen enough")
+    })
+
+    it("asks for Concourse's cpu shares as a cpu request alone, which the node turns back into the same weight", async () => {
+      const { run, runId } = await openRun()
+      const output = collect()
+      const controller = new AbortController()
+      onTestFinished(() => controller.abort(new Error("test over")))
+      const exec = run.exec(shell("echo up; sleep 30", { resources: { cpuShares: 512 } }), output, controller.signal)
+      await until(() => output.out() !== "", 60_000)
+      const [pod] = (await core.listNamespacedPod({ namespace, labelSelector: `${kubernetesLabels.run}=${runId}` }))
+        .items
+      expect(pod?.spec?.containers[0]?.resources).toEqual({ requests: { cpu: "500m" } })
+      expect(pod?.status?.qosClass).toBe("Burstable")
+      const [container] = await docker.containers(`${kubeletLabels.pod}=${pod?.metadata?.uid}`)
+      expect(await hostConfig(container?.id ?? "")).toMatchObject({ CpuShares: 512, NanoCpus: 0, Memory: 0 })
+      controller.abort(new Error("seen enough"))
+      await expect(exec).rejects.toThrow("seen enough")
+    })
+
+    it("makes a privileged task's Pod privileged, without the restrictive defaults", async () => {
+      const { run } = await openRun()
+      const specs = await podSpecs()
+      await run.exec(shell("true", { privileged: true }), collect(), never).catch(() => {}) // see the contract suite
+      expect(specs()[0]?.containers[0]?.securityContext).toEqual({ privileged: true })
+    })
+
+    it("pins every Pod of a run after the first, parallel ones too, to the first one's node with ReadWriteOnce", async () => {
+      const { run } = await openRun()
+      const specs = await podSpecs()
+      const volume = await run.createVolume("shared")
+      const task = (name: string) => shell("true", { path: `tasks/1/${name}`, mounts: { "/shared": volume } })
+      await Promise.all([run.exec(task("a"), collect(), never), run.exec(task("b"), collect(), never)])
+      await run.exec(task("c"), collect(), never)
+      const seen = specs()
+      expect(seen).toHaveLength(3)
+      const [first, ...later] = seen
+      expect(first?.affinity).toBeUndefined()
+      expect(first?.nodeName).toBe(nodeName)
+      for (const spec of later) {
+        expect(spec.affinity).toEqual({
+          nodeAffinity: {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [{ matchFields: [{ key: "metadata.name", operator: "In", values: [nodeName] }] }],
+            },
+          },
+        })
+      }
+    })
+
+    it("leaves a run's Pods free with ReadWriteMany", async () => {
+      const driver = kubernetesDriverFactory({
+        kubeConfig: running.kubeConfig,
+        namespace,
+        volumeSize: "1Gi",
+        accessMode: "ReadWriteMany",
+        unschedulableTimeoutMs: 5_000,
+      }).create({})
+      const { run } = await openRun(driver)
+      const specs = await podSpecs()
+      const volume = await run.createVolume("shared")
+      const task = (name: string) => shell("true", { path: `tasks/1/${name}`, mounts: { "/shared": volume } })
+      await run.exec(task("a"), collect(), never)
+      await Promise.all([run.exec(task("b"), collect(), never), run.exec(task("c"), collect(), never)])
+      expect(specs().map((spec) => spec.affinity)).toEqual([undefined, undefined, undefined])
     })
 
     it("ends with the image's name and the kubelet's message when the image cannot be pulled", async () => {

@@ -11,6 +11,7 @@ import {
   type V1Container,
   type V1OwnerReference,
   type V1Pod,
+  type V1ResourceRequirements,
   type V1Volume,
   Watch,
 } from "@kubernetes/client-node"
@@ -21,9 +22,12 @@ import {
   assertVolumeKind,
   type Driver,
   type DriverFactory,
+  formatBytes,
+  oomKilledNote,
   type RunDriver,
   type TaskExit,
   type TaskOutput,
+  type TaskResources,
   type TaskSpec,
   type Volume,
   type VolumeOptions,
@@ -193,8 +197,12 @@ class KubernetesRun implements RunDriver {
   readonly #runId: string
   readonly #claims = new Map<string, Claim>()
   #owner: Promise<V1OwnerReference | undefined> | undefined
-  /** With ReadWriteOnce claims, the node the run's first Pod ran on: the others follow it there. */
-  #node: string | undefined
+  /**
+   * With ReadWriteOnce claims, the node of the run's first Pod, once it is scheduled: the later Pods
+   * wait for it and follow it there (a claim of that mode attaches to one node at a time), parallel
+   * ones too. Undefined until a Pod is the first; reset when the first ends unscheduled.
+   */
+  #node: Promise<string | undefined> | undefined
   #used = false
   #closed = false
   #closing: Promise<void> | undefined
@@ -214,6 +222,24 @@ class KubernetesRun implements RunDriver {
     const labels = this.#labels({ [kubernetesLabels.task]: labelValue(task.path) })
     const annotations = { [kubernetesLabels.owner]: processOwner, [kubernetesLabels.taskPath]: task.path }
     const owner = await this.#runOwner()
+    const pinned = defaults.accessMode === "ReadWriteOnce" && this.#claims.size > 0
+    let scheduled: ((node: string | undefined) => void) | undefined
+    let node: string | undefined
+    if (pinned && this.#node === undefined) {
+      const first = Promise.withResolvers<string | undefined>()
+      this.#node = first.promise
+      scheduled = (found) => {
+        scheduled = undefined
+        if (found === undefined) this.#node = undefined // let the next Pod be the first
+        first.resolve(found)
+      }
+    } else if (pinned) {
+      const aborted = new Promise<never>((_, reject) =>
+        signal.addEventListener("abort", () => reject(signal.reason), { once: true }),
+      )
+      aborted.catch(() => {})
+      node = await Promise.race([this.#node, aborted])
+    }
     this.#used = true
     const env = Object.keys(task.env)
     // Values (secrets among them) live in a Secret the Pod references, never in the Pod's spec.
@@ -222,6 +248,7 @@ class KubernetesRun implements RunDriver {
       await core
         .createNamespacedSecret({ namespace, body: { metadata: { name, labels, annotations }, stringData } })
         .catch((error: unknown) => {
+          scheduled?.(undefined)
           throw this.#cluster.error(error, `the environment of task "${task.path}" could not be stored`)
         })
     }
@@ -232,7 +259,7 @@ class KubernetesRun implements RunDriver {
         automountServiceAccountToken: false,
         enableServiceLinks: false,
         terminationGracePeriodSeconds: 2,
-        ...(this.#node === undefined ? {} : { affinity: nodeAffinity(this.#node) }),
+        ...(node === undefined ? {} : { affinity: nodeAffinity(node) }),
         containers: [taskContainer(task, name, volumes.mounts)],
         volumes: volumes.volumes,
       },
@@ -241,6 +268,7 @@ class KubernetesRun implements RunDriver {
     try {
       created = await core.createNamespacedPod({ namespace, body: pod })
     } catch (error) {
+      scheduled?.(undefined)
       if (env.length > 0) await ifGone(core.deleteNamespacedSecret({ namespace, name })).catch(() => {})
       throw this.#cluster.error(error, `task "${task.path}" could not be created as a Pod`)
     }
@@ -265,17 +293,21 @@ class KubernetesRun implements RunDriver {
         )
       })
       timeout.catch(() => {})
-      const started = await Promise.race([watch.until((found) => runsOrEnded(found, task, defaults)), timeout])
-      if (defaults.accessMode === "ReadWriteOnce" && this.#claims.size > 0) this.#node ??= started.spec?.nodeName
+      const runs = (found: V1Pod) => {
+        if (found.spec?.nodeName) scheduled?.(found.spec.nodeName)
+        return runsOrEnded(found, task, defaults)
+      }
+      await Promise.race([watch.until(runs), timeout])
       await Promise.race([this.#streamLogs(name, output, signal), timeout])
       const ended = await Promise.race([watch.until((found) => terminated(found)), timeout])
       signal.throwIfAborted()
-      return { code: exitOf(ended, output), timedOut: false }
+      return { code: exitOf(ended, output, task.resources), timedOut: false }
     } catch (error) {
       if (signal.aborted) throw signal.reason
       if (timedOut || error instanceof TimedOut) return { code: 137, timedOut: true }
       throw this.#cluster.error(error, `task "${task.path}" failed as Pod "${name}"`)
     } finally {
+      scheduled?.(undefined)
       clearTimeout(timer)
       signal.removeEventListener("abort", stop)
       watch.stop()
@@ -548,7 +580,7 @@ function terminated(pod: V1Pod): boolean {
 }
 
 /** The exit code; an OOM kill or an eviction is said on stderr, and a start failure rejects with its reason. */
-function exitOf(pod: V1Pod, output: TaskOutput): number {
+function exitOf(pod: V1Pod, output: TaskOutput, resources: TaskResources | undefined): number {
   const ended = pod.status?.containerStatuses?.[0]?.state?.terminated
   if (ended === undefined) {
     output.stderr(Buffer.from(`runnel: the Pod was evicted: ${pod.status?.message ?? pod.status?.reason ?? ""}\n`))
@@ -562,8 +594,7 @@ function exitOf(pod: V1Pod, output: TaskOutput): number {
   ) {
     throw new SystemError(ended.message ?? `the container could not start (${ended.reason})`)
   }
-  if (ended.reason === "OOMKilled")
-    output.stderr(Buffer.from("runnel: the task was killed for using more memory than its limit (OOMKilled)\n"))
+  if (ended.reason === "OOMKilled") output.stderr(oomKilledNote(resources))
   return ended.exitCode
 }
 
@@ -579,12 +610,40 @@ function taskContainer(task: TaskSpec, secretName: string, mounts: { name: strin
       valueFrom: { secretKeyRef: { name: secretName, key: secretKey(key, index) } },
     })),
     volumeMounts: mounts,
-    securityContext: {
-      allowPrivilegeEscalation: false,
-      capabilities: { drop: ["ALL"] },
-      seccompProfile: { type: "RuntimeDefault" },
-    },
+    ...(task.resources === undefined ? {} : { resources: containerResources(task.resources) }),
+    // A privileged container has every capability and no seccomp filter anyway; Kubernetes refuses
+    // privileged with allowPrivilegeEscalation false.
+    securityContext:
+      task.privileged === true
+        ? { privileged: true }
+        : {
+            allowPrivilegeEscalation: false,
+            capabilities: { drop: ["ALL"] },
+            seccompProfile: { type: "RuntimeDefault" },
+          },
   }
+}
+
+/**
+ * A task's limits as requests and limits: cpu and memory limits are requested too (the scheduler
+ * places the Pod where they fit); shares, a weight without a cap, become a cpu request alone, which
+ * a kubelet turns into the same cgroup weight (1024 shares for 1000m).
+ */
+function containerResources(resources: TaskResources): V1ResourceRequirements {
+  const requests: Record<string, string> = {}
+  const limits: Record<string, string> = {}
+  if (resources.cpuShares !== undefined) {
+    requests.cpu = `${Math.max(1, Math.round((resources.cpuShares * 1000) / 1024))}m`
+  }
+  if (resources.cpuMillis !== undefined) {
+    requests.cpu = `${resources.cpuMillis}m`
+    limits.cpu = requests.cpu
+  }
+  if (resources.memoryBytes !== undefined) {
+    requests.memory = formatBytes(resources.memoryBytes)
+    limits.memory = requests.memory
+  }
+  return { requests, ...(Object.keys(limits).length === 0 ? {} : { limits }) }
 }
 
 function nodeAffinity(node: string) {

@@ -17,6 +17,8 @@ const factory = nativeDriverFactory({ workRoot, path })
 driverContract("native", () => factory.create({}), {
   remains: async (runId) => (await readdir(workRoot)).filter((entry) => entry.startsWith(`${runId}-`)),
   removeCache: (key) => rm(join(workRoot, "caches", key), { recursive: true, force: true }),
+  enforcesResources: false,
+  runsPrivileged: false,
 })
 
 const never = new AbortController().signal

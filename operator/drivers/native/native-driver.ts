@@ -146,6 +146,15 @@ class NativeRun implements RunDriver {
   async exec(task: TaskSpec, output: TaskOutput, signal: AbortSignal): Promise<TaskExit> {
     signal.throwIfAborted()
     this.#assertOpen(task)
+    if (task.privileged === true) {
+      throw new SystemError(
+        `task "${task.path}" asks to run privileged, which the native driver cannot do: its tasks are processes of runnel's own user; run with --driver docker or kubernetes`,
+      )
+    }
+    // Limits need cgroups of runnel's own, which a process of an ordinary user cannot make: said, not enforced.
+    if (task.resources !== undefined) {
+      output.stderr(Buffer.from("runnel: the native driver does not enforce resources; the task runs without limits\n"))
+    }
     const root = join(this.#runDir, "tasks", `${++this.#tasks}-${safeName(task.name)}`)
     const { links, cwd, mounts, workDir, nested } = this.#layout(task, root)
     const newRoot = `${root}.ns`

@@ -2,7 +2,8 @@ import { createHash } from "node:crypto"
 import { posix } from "node:path"
 import { SystemError } from "../../../lib/core/errors.ts"
 import { loadTaskConfigFile, validateTaskConfig } from "../../../lib/yaml/parse.ts"
-import type { TaskConfig, TaskStep, YamlValue } from "../../../lib/yaml/types.ts"
+import type { ContainerLimits, TaskConfig, TaskStep, YamlValue } from "../../../lib/yaml/types.ts"
+import type { TaskResources } from "../../drivers/driver.ts"
 import { cacheVolumePrefix } from "../run-context.ts"
 import { readArtifactFile } from "./artifact-files.ts"
 import type { TaskImage } from "./registry-image.ts"
@@ -17,8 +18,10 @@ import { interpolate, type VarLookup } from "./vars.ts"
  * the config's as env, inputs and outputs mounted under a fresh working
  * directory, caches kept between runs. Outputs become artifacts of the job
  * under their (mapped) names, whatever the exit code, so hooks can read them.
- * Not applied: `privileged`, `container_limits`, `run.user` and `hermetic`
- * (the task request has no such settings); `platform` is not checked.
+ * `container_limits` (the step's over the config's, field by field; 0 is no
+ * limit, as in Concourse) and `privileged` reach the driver. Not applied:
+ * `run.user` and `hermetic` (the task request has no such settings);
+ * `platform` is not checked.
  */
 export async function runTaskStep(step: TaskStep, scope: Scope): Promise<Outcome> {
   const slot = nextTask(scope, "task", step.name)
@@ -84,6 +87,7 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
   const env: Record<string, string> = { ...image.env }
   for (const [name, value] of Object.entries({ ...config.params, ...stepParams })) env[name] = envValue(value)
   const runDir = config.run.dir
+  const resources = containerResources({ ...config.containerLimits, ...step.containerLimits })
   return {
     request: {
       image: image.ref,
@@ -91,9 +95,20 @@ async function prepare(step: TaskStep, scope: Scope, slot: TaskSlot): Promise<Pr
       env,
       mounts,
       workDir: runDir === undefined ? dir : posix.resolve(dir, runDir),
+      ...(resources === undefined ? {} : { resources }),
+      ...(step.privileged ? { privileged: true } : {}),
     },
     outputs,
   }
+}
+
+/** Concourse's limits as the driver's: cpu shares stay a weight, and 0 is no limit. */
+function containerResources(limits: ContainerLimits): TaskResources | undefined {
+  const resources = {
+    ...(limits.cpu ? { cpuShares: limits.cpu } : {}),
+    ...(limits.memoryBytes ? { memoryBytes: limits.memoryBytes } : {}),
+  }
+  return Object.keys(resources).length === 0 ? undefined : resources
 }
 
 /** The inline config, or the task file read from its artifact; either interpolated. */
