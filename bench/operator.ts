@@ -1,6 +1,7 @@
 // The operator's costs: how long a Run of a no-op script takes from its creation to `success`, at
 // concurrency 1 and 8, against the engine alone; and how many watch events per second the embedded API
-// delivers to 50 watchers. Everything in this process, over loopback HTTP, as `runnel server` runs it.
+// delivers to 50 watchers. Everything in this process, as `runnel server` runs it: the operator reaches the
+// embedded API through the in-process transport, the 50 watchers over loopback HTTP.
 // Run alone with `node bench/operator.ts`, or through bench/main.ts with runOperatorBench(line).
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:http"
@@ -8,6 +9,7 @@ import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { CustomObjectsApi, KubeConfig, Watch } from "@kubernetes/client-node"
+import { inProcessTransport } from "../cli/in-process-transport.ts"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
 import { type RunObject, resourcePath, runnelApiVersion, runnelGroup, runnelVersion } from "../lib/kube/resources.ts"
@@ -50,6 +52,7 @@ export async function runOperatorBench(line: BenchLine): Promise<void> {
     contexts: [{ name: "bench", cluster: "bench", user: "bench", namespace: "default" }],
     currentContext: "bench",
   })
+  inProcessTransport(kubeConfig, "bench", api.handle)
   const store = await openSqliteLogStore(join(dir, "runnel-logs.db"))
   const operator = await startOperator({
     kubeConfig,

@@ -11,6 +11,7 @@ import type { SecretStore } from "../lib/secrets/secret-store.ts"
 import type { Operator } from "../operator/operator.ts"
 import { accessPolicy, configuredApiServer } from "./apiserver.ts"
 import { httpFront, listen, loopbackHost, urlHost, warnOpenAccess } from "./http-server.ts"
+import { inProcessTransport } from "./in-process-transport.ts"
 import { loadKubeConfig } from "./kubeconfig.ts"
 import { kubernetesAccess } from "./kubernetes-access.ts"
 import { processMetricsOf, serveMetrics } from "./metrics-server.ts"
@@ -24,8 +25,8 @@ const embeddedPrefix = "/k8s"
 
 /**
  * One process: the embedded API (unless the settings name a cluster), the
- * operator talking to it over loopback HTTP as it would to a cluster, and the
- * API. It listens first, so the operator can reach the embedded API, and
+ * operator talking to it in the Kubernetes protocol as it would to a cluster
+ * (over an in-memory pipe, cli/in-process-transport.ts), and the API. It listens first, so the operator can reach the embedded API, and
  * says it is ready (the probes, the `listening on` line) only once everything
  * is up. Opened in order, closed in reverse.
  */
@@ -68,7 +69,7 @@ export async function server(settings: ServerSettings): Promise<void> {
     }
     front.drain()
     closing = (async () => {
-      // The operator writes its runs' final status through the HTTP server, so it stops first.
+      // The operator writes its runs' final status through the embedded API, so it stops first.
       await operator?.stop(now ? 0 : settings.shutdownGraceMs)
       await apiServer?.stop()
       await metricsServer?.close()
@@ -98,6 +99,7 @@ export async function server(settings: ServerSettings): Promise<void> {
       server: `${front.scheme}://${urlHost(loopbackHost(address.address))}:${address.port}${embeddedPrefix}`,
       token: processToken,
     })
+    if (embedded !== undefined) inProcessTransport(kubeConfig, processToken, embedded.handle)
     const store = await opening
     secretStore = await openConfiguredSecretStore(settings, kubeConfig)
     operator = await startConfiguredOperator(settings, kubeConfig, store, secretStore, metrics?.operator())

@@ -21,6 +21,8 @@ const taskId = (task: Task) =>
       ? `${task.kind}:${task.uid}`
       : `${task.kind}:${task.name}`
 
+const sameReferences = (references: unknown[], before: unknown[] | undefined) =>
+  JSON.stringify(references) === JSON.stringify(before ?? [])
 const has = (object: KubeObject, finalizer: string) => (object.metadata.finalizers ?? []).includes(finalizer)
 const deletingDependents = (object: KubeObject) =>
   object.metadata.deletionTimestamp !== undefined && has(object, gcFinalizers.foreground)
@@ -90,7 +92,11 @@ export class GarbageCollector {
       if (has(object, gcFinalizers.foreground)) this.#enqueue({ kind: "foreground", key })
       if (has(object, gcFinalizers.orphan)) this.#enqueue({ kind: "orphan", key })
     }
-    if (references.length > 0) this.#enqueue({ kind: "item", key })
+    // An object's owners are judged when it appears or its references change; an owner that goes later is
+    // found by its "owner-gone" task. Not on every other write: a Run's status writes would each read it and
+    // its Pipeline back.
+    const judged = event.previous !== undefined && sameReferences(references, event.previous.metadata.ownerReferences)
+    if (references.length > 0 && !judged) this.#enqueue({ kind: "item", key })
     // A dependent that stopped blocking (or stopped naming) an owner may let that owner's foreground deletion finish.
     for (const reference of event.previous?.metadata.ownerReferences ?? []) {
       if (reference.blockOwnerDeletion === true) this.#enqueue({ kind: "owner", uid: reference.uid })

@@ -390,17 +390,20 @@ export class SqliteObjectStore implements ObjectStore {
           key.name,
         )
       }
-      this.#sql("DELETE FROM kube_owner_refs WHERE resource = ? AND namespace = ? AND name = ?").run(
-        resource,
-        key.namespace,
-        key.name,
-      )
-      if (type !== "DELETED") {
-        const insert = this.#sql(
-          "INSERT OR IGNORE INTO kube_owner_refs (owner_uid, resource, namespace, name) VALUES (?, ?, ?, ?)",
+      // Most writes (a Run's status) keep the owners: their index rows stay as they are.
+      if (type !== "MODIFIED" || !sameOwners(previous, stored)) {
+        this.#sql("DELETE FROM kube_owner_refs WHERE resource = ? AND namespace = ? AND name = ?").run(
+          resource,
+          key.namespace,
+          key.name,
         )
-        for (const reference of stored.metadata.ownerReferences ?? [])
-          insert.run(reference.uid, resource, key.namespace, key.name)
+        if (type !== "DELETED") {
+          const insert = this.#sql(
+            "INSERT OR IGNORE INTO kube_owner_refs (owner_uid, resource, namespace, name) VALUES (?, ?, ?, ?)",
+          )
+          for (const reference of stored.metadata.ownerReferences ?? [])
+            insert.run(reference.uid, resource, key.namespace, key.name)
+        }
       }
       this.#sql(
         "INSERT INTO kube_events (version, type, resource, namespace, name, object, previous) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -543,4 +546,11 @@ function openCipher(db: DatabaseSync, options: SqliteObjectStoreOptions): Secret
     )
   }
   return cipher
+}
+
+/** Whether two versions of an object name the same owners, by uid, in the same order. */
+function sameOwners(previous: KubeObject | undefined, next: KubeObject): boolean {
+  const before = previous?.metadata.ownerReferences ?? []
+  const after = next.metadata.ownerReferences ?? []
+  return before.length === after.length && before.every((reference, n) => reference.uid === after[n]?.uid)
 }

@@ -12,7 +12,7 @@ export type KubeSource =
   | { readonly kind: "files"; readonly files: readonly string[]; readonly from: string }
   /** The service account of the Pod the process runs in. */
   | { readonly kind: "in-cluster" }
-  /** `runnel server`'s own embedded API, reached over loopback once the server listens. */
+  /** `runnel server`'s own embedded API, reached in-process (cli/in-process-transport.ts) once the server listens. */
   | { readonly kind: "embedded" }
 
 /**

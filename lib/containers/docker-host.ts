@@ -1,3 +1,4 @@
+import { Agent } from "node:http"
 import Docker from "dockerode"
 import { errorMessage, SystemError } from "../core/errors.ts"
 
@@ -90,19 +91,28 @@ export const defaultDockerSocket = "/var/run/docker.sock"
 export class DockerHost {
   readonly where: string
   readonly #docker: Docker
+  /** The same daemon on a new connection per request: see ping(). */
+  readonly #fresh: Docker
   readonly #hint: string
 
   /** `host`: a socket path, `unix:///path`, `tcp://host:port` or `http://host:port`; `hint` ends the message when the daemon cannot be reached. */
   constructor(host: string, hint: string) {
     this.#docker = new Docker(clientOptions(host))
+    // dockerode hands `agent` to docker-modem, which uses it; its type leaves it out.
+    this.#fresh = new Docker({ ...clientOptions(host), agent: new Agent({ keepAlive: false }) } as Docker.DockerOptions)
     this.where = host
     this.#hint = hint
   }
 
-  /** Whether the daemon answers at all. */
+  /**
+   * Whether the daemon answers at all, on a new connection: a daemon that is
+   * stopping closes its socket at once but keeps answering on connections it
+   * had open (Node's agent keeps them alive) while it kills its containers,
+   * so only a new connection tells that it is going away.
+   */
   async ping(): Promise<boolean> {
     try {
-      await this.#docker.ping()
+      await this.#fresh.ping()
       return true
     } catch {
       return false
@@ -153,8 +163,28 @@ export class DockerHost {
     }
   }
 
+  /**
+   * The container's exit code once it has ended. Rejects (ECONNRESET) when
+   * the daemon is killed meanwhile: dockerode's own wait() never settles
+   * then, since docker-modem does not see a response cut off, so the answer
+   * is read here as a stream, whose iteration does.
+   */
   async wait(id: string): Promise<number> {
-    const { StatusCode } = (await this.#docker.getContainer(id).wait()) as { StatusCode: number }
+    const answer = await new Promise<NodeJS.ReadableStream>((resolve, reject) =>
+      this.#docker.modem.dial(
+        {
+          path: `/containers/${id}/wait?`,
+          method: "POST",
+          isStream: true,
+          statusCodes: { 200: true, 400: "bad parameter", 404: "no such container", 500: "server error" },
+          options: {},
+        },
+        (error: unknown, stream: unknown) => (error ? reject(error) : resolve(stream as NodeJS.ReadableStream)),
+      ),
+    )
+    let body = ""
+    for await (const chunk of answer) body += String(chunk)
+    const { StatusCode } = JSON.parse(body) as { StatusCode: number }
     return StatusCode
   }
 
@@ -253,6 +283,23 @@ export class DockerHost {
   async volumes(label: string): Promise<{ name: string; labels: Record<string, string> }[]> {
     const { Volumes: found } = await this.#docker.listVolumes({ filters: { label: [label] } })
     return (found ?? []).map((volume) => ({ name: volume.Name, labels: volume.Labels ?? {} }))
+  }
+
+  /**
+   * The error of `what` (a task) whose daemon went away while it ran, for
+   * `reason`: it names the daemon, since the task's own end (its code, if it
+   * had one) was the daemon's doing.
+   */
+  wentAway(what: string, reason: string, cause?: unknown): SystemError {
+    return new SystemError(
+      `the Docker daemon at ${this.where} went away while ${what} ran (${reason}); runs started once it answers again use it`,
+      { cause },
+    )
+  }
+
+  /** Whether `error` says the daemon cannot be reached (refused, reset, no socket). */
+  unreachable(error: unknown): boolean {
+    return unreachable(error)
   }
 
   /** A SystemError saying what failed; when the daemon cannot be reached at all, saying that instead. */

@@ -1,8 +1,10 @@
-import { createHmac, randomBytes, timingSafeEqual } from "node:crypto"
+import { createHmac, createSecretKey, randomBytes, timingSafeEqual } from "node:crypto"
 
 // A key that lives as long as the process, so that two values of any lengths are compared as
-// equal-length digests and neither length leaks through timingSafeEqual.
-const comparisonKey = randomBytes(32)
+// equal-length digests and neither length leaks through timingSafeEqual. A KeyObject, made once:
+// createHmac tells a Buffer key from a KeyObject or CryptoKey by brand checks that fail (and so cost)
+// for a Buffer, on every call (each request to the embedded API compares the process token).
+const comparisonKey = createSecretKey(randomBytes(32))
 
 /**
  * Whether a secret sent in plain (a password, a webhook token) equals the

@@ -12,12 +12,37 @@ export type CompiledScript = {
 
 const loaders: Record<string, Loader> = { ".js": "js", ".mjs": "js", ".cjs": "js", ".ts": "ts", ".mts": "ts" }
 
+/** How many compiled pipelines are kept: a server runs a few pipelines many times each. */
+const cacheSize = 64
+/** By file name and source, which is what a pipeline generation fixes; the oldest use leaves first. */
+const compiled = new Map<string, Promise<CompiledScript>>()
+
 /**
  * Compiles TypeScript or JavaScript with esbuild's transform (no bundling: a
  * pipeline has no imports to resolve). CommonJS output lets the sandbox read
  * the exports without a module loader; errors point at the user's file.
+ * The result is cached (it is immutable), so each run of a pipeline
+ * generation after the first, concurrent ones included, skips esbuild's round
+ * trip and the source map's parse; a failed compile is not kept.
  */
-export async function compileScript(source: string, filename: string): Promise<CompiledScript> {
+export function compileScript(source: string, filename: string): Promise<CompiledScript> {
+  const key = `${filename}\0${source}`
+  const cached = compiled.get(key)
+  if (cached !== undefined) {
+    compiled.delete(key)
+    compiled.set(key, cached)
+    return cached
+  }
+  const compiling = compile(source, filename)
+  compiled.set(key, compiling)
+  if (compiled.size > cacheSize) compiled.delete(compiled.keys().next().value as string)
+  compiling.catch(() => {
+    if (compiled.get(key) === compiling) compiled.delete(key)
+  })
+  return compiling
+}
+
+async function compile(source: string, filename: string): Promise<CompiledScript> {
   try {
     const result = await transform(source, {
       loader: loaders[extname(filename)] ?? "ts",

@@ -54,6 +54,20 @@ async function run(
 }
 
 describe("the script sandbox", () => {
+  it("gives each run an isolate of its own: what one run leaves in its globals, the next never sees", async () => {
+    const leave = "export const pipeline = async () => { (globalThis as any).left = 'by the first run' }"
+    const look = "export const pipeline = async () => { console.log(typeof (globalThis as any).left) }"
+    expect((await run(leave)).error).toBeUndefined()
+    for (let n = 0; n < 3; n++) expect((await run(look)).printed).toBe("stdout: undefined\n")
+  })
+
+  it("keeps each run's memory limit when runs with other limits come between", async () => {
+    const bomb = "export const pipeline = async () => { const a: string[] = []; for (;;) a.push('x'.repeat(1 << 20)) }"
+    expect((await run("export const pipeline = async () => {}", { memoryMb: 256 })).error).toBeUndefined()
+    const { error } = await run(bomb, { memoryMb: 16 })
+    expect(error?.message).toContain("--pipeline-memory-mb 16")
+  })
+
   it.each([
     ["export const pipeline", "export const pipeline = async () => { console.log('ran') }"],
     ["export { pipeline }", "async function pipeline() { console.log('ran') }\nexport { pipeline }"],

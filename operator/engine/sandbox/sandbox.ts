@@ -81,8 +81,8 @@ export class ScriptFailure extends Error {
 type Outcome = { ok: true } | { ok: false; message: string; stack: string } | { missingExport: true }
 
 /**
- * Runs a compiled pipeline in a fresh isolate, disposed at the end whatever
- * happens. Resolves when the pipeline resolves; rejects with ScriptFailure
+ * Runs a compiled pipeline in a fresh isolate (made ahead of need, never used
+ * before), disposed at the end whatever happens. Resolves when the pipeline resolves; rejects with ScriptFailure
  * when it throws, with SystemError when a limit is hit or it exports no
  * pipeline, and with the signal's reason when the run is aborted. The host
  * process is never at risk: a runaway loop or a memory bomb only ends this
@@ -95,7 +95,7 @@ export async function runInSandbox(
   limits: SandboxLimits,
   signal: AbortSignal,
 ): Promise<void> {
-  const isolate = new ivm.Isolate({ memoryLimit: limits.memoryMb })
+  const { isolate, context: preparedContext, prelude: preparedPrelude } = takeIsolate(limits.memoryMb)
   let stopped: Error | undefined
   const stop = (reason: Error) => {
     stopped ??= reason
@@ -133,13 +133,15 @@ export async function runInSandbox(
   signal.addEventListener("abort", onAbort, { once: true })
   try {
     if (signal.aborted) throw signal.reason
-    const context = await isolate.createContext()
+    const context = await preparedContext
     await context.global.set("__runnelHost", hostObject(globals, host, clock), { copy: true })
-    await (await isolate.compileScript(prelude, { filename: "runnel:prelude" })).run(context)
-    const main = await isolate.compileScript(`__runnelMain(function () {\n${script.code}\n})`, {
-      filename: script.filename,
-      lineOffset: -1,
-    })
+    await (await preparedPrelude).run(context)
+    const main = await compileCached(
+      isolate,
+      `__runnelMain(function () {\n${script.code}\n})`,
+      { filename: script.filename, lineOffset: -1 },
+      codeCacheOf(script),
+    )
     const outcome = JSON.parse(await main.run(context, { promise: true, copy: true })) as Outcome
     if ("missingExport" in outcome) {
       throw new SystemError(
@@ -158,8 +160,90 @@ export async function runInSandbox(
   } finally {
     clearTimeout(timer)
     signal.removeEventListener("abort", onAbort)
-    if (!isolate.isDisposed) isolate.dispose()
+    // After the run's end is handled: the isolate is done either way, and disposing of it takes this thread.
+    setImmediate(() => {
+      if (!isolate.isDisposed) isolate.dispose()
+    })
   }
+}
+
+type Prepared = {
+  readonly isolate: ivm.Isolate
+  readonly memoryMb: number
+  readonly context: Promise<ivm.Context>
+  readonly prelude: Promise<ivm.Script>
+}
+
+/** V8's code cache of one source, made by its first compile, so that later isolates skip parsing it. */
+type CodeCache = { data?: ivm.ExternalCopy<ArrayBuffer> }
+const preludeCache: CodeCache = {}
+/** A compiled pipeline is the same object for every run of its generation (compileScript caches it). */
+const scriptCaches = new WeakMap<CompiledScript, CodeCache>()
+
+function codeCacheOf(script: CompiledScript): CodeCache {
+  let cache = scriptCaches.get(script)
+  if (cache === undefined) {
+    cache = {}
+    scriptCaches.set(script, cache)
+  }
+  return cache
+}
+
+async function compileCached(
+  isolate: ivm.Isolate,
+  code: string,
+  options: { filename: string; lineOffset?: number },
+  cache: CodeCache,
+): Promise<ivm.Script> {
+  const script = await isolate.compileScript(
+    code,
+    cache.data === undefined ? { ...options, produceCachedData: true } : { ...options, cachedData: cache.data },
+  )
+  // With produceCachedData, the Script carries the cache (isolated-vm's typings leave it out of Script).
+  const produced = (script as ivm.Script & ivm.CachedDataResult).cachedData
+  if (cache.data === undefined && produced !== undefined) cache.data = produced
+  return script
+}
+
+/**
+ * How many isolates wait, made ahead of need, with a context and the prelude
+ * compiled. Making one costs about 1-2 ms of this thread (and the rest more
+ * on the isolate's own), which is then off the critical path of the run that
+ * takes it. Each is taken
+ * by exactly one run and disposed at its end, never shared; the pool fills
+ * only after a first script run (a server that runs none holds none) and one
+ * idle isolate costs about 1-2 MiB.
+ */
+const warmIsolates = 1
+const warm: Prepared[] = []
+let refilling = false
+
+function prepare(memoryMb: number): Prepared {
+  const isolate = new ivm.Isolate({ memoryLimit: memoryMb })
+  const context = isolate.createContext()
+  const preludeScript = compileCached(isolate, prelude, { filename: "runnel:prelude" }, preludeCache)
+  // A disposed isolate's context or prelude: the run that took it reports why.
+  context.catch(() => {})
+  preludeScript.catch(() => {})
+  return { isolate, memoryMb, context, prelude: preludeScript }
+}
+
+/** A fresh isolate and its context for one run, from the warm ones when one has the run's memory limit. */
+function takeIsolate(memoryMb: number): Prepared {
+  let taken: Prepared | undefined
+  while (taken === undefined && warm.length > 0) {
+    const next = warm.pop() as Prepared
+    if (next.memoryMb === memoryMb && !next.isolate.isDisposed) taken = next
+    else if (!next.isolate.isDisposed) next.isolate.dispose()
+  }
+  if (!refilling) {
+    refilling = true
+    setImmediate(() => {
+      refilling = false
+      while (warm.length < warmIsolates) warm.push(prepare(memoryMb))
+    })
+  }
+  return taken ?? prepare(memoryMb)
 }
 
 function hostObject(globals: ScriptGlobals, host: ScriptHost, clock: { pause(): void; resume(): void }) {
