@@ -6,12 +6,12 @@ const runnelBin = join(import.meta.dirname, "..", "bin", "runnel")
 /**
  * `runnel server --port 0 --driver native` with its files in `dir` (its
  * working directory too, so the secret store's default test.db lands there),
- * resolved once it prints its listening line; stop() ends it with SIGTERM.
+ * resolved once it prints its listening line, with its process id; stop() ends it with SIGTERM.
  */
 export async function startRunnelServer(
   dir: string,
   args: readonly string[] = [],
-): Promise<{ url: string; stop(): Promise<void> }> {
+): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
   const child: ChildProcess = spawn(
     runnelBin,
     ["server", "--port", "0", "--driver", "native", "--storage-sqlite-path", join(dir, "runnel.db"), ...args],
@@ -30,6 +30,7 @@ export async function startRunnelServer(
   const exited = new Promise((resolve) => child.on("exit", resolve))
   return {
     url,
+    pid: child.pid ?? 0,
     async stop() {
       child.kill("SIGTERM")
       await exited

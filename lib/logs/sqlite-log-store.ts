@@ -101,7 +101,7 @@ export async function openSqliteLogStore(path: string, storedBytes?: StoredBytes
     const [writer, reader] =
       path === ":memory:"
         ? [inlineWriter(db), inlineReader(db)]
-        : await Promise.all([threadWriter(path), threadReader(path)])
+        : [threadWriter(path, db.prepare(anyUnindexed).get()?.found === 1), threadReader(path)]
     return new SqliteLogStore(path, db, writer, reader, storedBytes)
   } catch (error) {
     db.close()
@@ -349,6 +349,10 @@ type Writer = {
 /** Batches the writer gave up (the disk was full), rolled back whole: the runs they carried output or tasks of. */
 type LostWrites = { lost: true; runIds: string[]; reason: string }
 
+/** One row, `found`: 1 when some chunk is not yet in chunks_fts. */
+const anyUnindexed =
+  "SELECT EXISTS (SELECT 1 FROM chunks WHERE id > (SELECT indexed_through FROM fts_progress)) AS found"
+
 /**
  * The statements of a writer connection. fts_progress is read and advanced
  * inside the writer's transactions, which is what keeps the writers of two
@@ -367,9 +371,7 @@ function writeStatements(db: DatabaseSync) {
   const selectProgress = db.prepare("SELECT indexed_through FROM fts_progress")
   const updateProgress = db.prepare("UPDATE fts_progress SET indexed_through = ?")
   const selectUnindexed = db.prepare("SELECT id FROM chunks WHERE id > ? ORDER BY id LIMIT 1")
-  const selectAnyUnindexed = db.prepare(
-    "SELECT EXISTS (SELECT 1 FROM chunks WHERE id > (SELECT indexed_through FROM fts_progress)) AS found",
-  )
+  const selectAnyUnindexed = db.prepare(anyUnindexed)
   const index = db.prepare("INSERT INTO chunks_fts (rowid, text) SELECT id, text FROM chunks WHERE id = ?")
   return {
     /** Writes a batch; returns the id of its last chunk, 0 if it has none. */
@@ -605,52 +607,58 @@ type ReaderData = { role: typeof readerRole; path: string }
  * stalls the event loop. Requests are answered in order, one at a time: a
  * queue of slow searches delays other searches, never ingest or webhooks. In
  * WAL mode this connection reads beside the writer's without waiting for it.
- * Referenced only while a request is out, so an idle store keeps no process alive.
+ * The thread starts with the first request, since a thread costs ≈11 MiB of
+ * resident memory (measured) that a server nobody searches or pages need not
+ * hold, and it is referenced only while a request is out, so an idle store
+ * keeps no process alive.
  */
-async function threadReader(path: string): Promise<Reader> {
-  const worker = new Worker(new URL(import.meta.url), { workerData: { role: readerRole, path } satisfies ReaderData })
+function threadReader(path: string): Reader {
   const pending = new Map<number, { resolve: (result: never) => void; reject: (error: Error) => void }>()
   let nextId = 0
   let failure: Error | undefined
+  let started: { worker: Worker; exited: Promise<void> } | undefined
   const failAll = (reason: string) => {
     failure ??= new SystemError(`the log store's reader thread stopped: ${reason}`)
     for (const { reject } of pending.values()) reject(failure)
     pending.clear()
   }
-  worker.on("message", ({ id, result, error }: FromReader) => {
-    const waiter = pending.get(id)
-    pending.delete(id)
-    if (pending.size === 0) worker.unref()
-    if (error !== undefined) waiter?.reject(new SystemError(`the log store could not read: ${error}`))
-    else waiter?.resolve(result as never)
-  })
-  worker.on("error", (error) => failAll(errorMessage(error)))
-  const exited = new Promise<void>((resolve) =>
-    worker.once("exit", (code) => {
-      failAll(`it exited with code ${code}`)
-      resolve()
-    }),
-  )
-  await new Promise<void>((resolve, reject) => {
-    worker.once("online", resolve)
-    worker.once("error", reject)
-  })
-  worker.unref()
+  const start = () => {
+    const worker = new Worker(new URL(import.meta.url), { workerData: { role: readerRole, path } satisfies ReaderData })
+    worker.on("message", ({ id, result, error }: FromReader) => {
+      const waiter = pending.get(id)
+      pending.delete(id)
+      if (pending.size === 0) worker.unref()
+      if (error !== undefined) waiter?.reject(new SystemError(`the log store could not read: ${error}`))
+      else waiter?.resolve(result as never)
+    })
+    worker.on("error", (error) => failAll(errorMessage(error)))
+    const exited = new Promise<void>((resolve) =>
+      worker.once("exit", (code) => {
+        failAll(`it exited with code ${code}`)
+        resolve()
+      }),
+    )
+    return { worker, exited }
+  }
   const ask = <T>(request: Omit<ToReader, "id">): Promise<T> => {
     if (failure !== undefined) return Promise.reject(failure)
+    started ??= start()
     const id = ++nextId
-    worker.ref()
+    started.worker.ref()
     return new Promise<T>((resolve, reject) => {
       pending.set(id, { resolve: resolve as (result: never) => void, reject })
-      worker.postMessage({ id, ...request })
+      // Posted before the thread is online is fine: a worker's messages wait for it.
+      started?.worker.postMessage({ id, ...request })
     })
   }
   return {
     search: (search) => ask<SearchPage>({ search }),
     outputPage: (page) => ask<OutputPage>({ page }),
     async close() {
-      await worker.terminate()
-      await exited
+      failure ??= new SystemError("the log store is closed")
+      if (started === undefined) return
+      await started.worker.terminate()
+      await started.exited
     },
   }
 }
@@ -706,49 +714,56 @@ type WriterData = { role: typeof writerRole; path: string; shared: Int32Array; b
  * writer thread owns every write: it writes each batch as it arrives and
  * indexes chunks in between, one by one, in transactions of at most
  * transactionMs. The event loop only copies each batch into a message
- * (≈0.3 ms per MB). The thread is referenced only while someone waits for
- * it, so an idle store does not keep the process alive.
+ * (≈0.3 ms per MB). The thread starts with the first write, or at once when
+ * output an earlier process stored is left to index: a thread costs ≈11 MiB
+ * of resident memory (measured) that a server with nothing to write need not
+ * hold. It is referenced only while someone waits for it, so an idle store
+ * does not keep the process alive.
  */
-async function threadWriter(path: string): Promise<Writer> {
+function threadWriter(path: string, startNow: boolean): Writer {
   const shared = new Int32Array(new SharedArrayBuffer(5 * Int32Array.BYTES_PER_ELEMENT))
   const { port1: batches, port2: writerBatches } = new MessageChannel()
-  const writerData: WriterData = { role: writerRole, path, shared, batches: writerBatches }
-  const worker = new Worker(new URL(import.meta.url), {
-    workerData: writerData,
-    transferList: [writerBatches],
-    // Each batch arrives as fresh strings that are garbage once written; a small young generation collects them
-    // before they add up (RSS growth appending 256 MB at full speed, opening included: ≈57 MiB, ≈67 with V8's default).
-    resourceLimits: { maxYoungGenerationSizeMb: 4 },
-  })
   const waiters: { seq: number; resolve: () => void; reject: (error: Error) => void }[] = []
   let indexedSeq = 0
   let failure: Error | undefined
+  let started: { worker: Worker; exited: Promise<void> } | undefined
   const settle = () => {
     for (const waiter of waiters.filter((waiter) => failure !== undefined || waiter.seq <= indexedSeq)) {
       if (failure === undefined) waiter.resolve()
       else waiter.reject(failure)
       waiters.splice(waiters.indexOf(waiter), 1)
     }
-    if (waiters.length === 0) worker.unref()
+    if (waiters.length === 0) started?.worker.unref()
   }
-  worker.on("message", (message: FromWriter) => {
-    indexedSeq = message.indexedSeq
-    settle()
-  })
-  const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()))
   const fail = (reason: string) => {
     failure ??= new SystemError(`the log store's writer thread stopped: ${reason}`)
     settle()
   }
-  worker.on("error", (error) => fail(errorMessage(error)))
-  worker.on("exit", (code) => fail(`it exited with code ${code}`))
-  await new Promise<void>((resolve, reject) => {
-    worker.once("online", resolve)
-    worker.once("error", reject)
-  })
-  worker.unref()
+  /** The thread, started on first use: messages posted before it is online wait for it. */
+  const thread = () => {
+    if (started !== undefined) return started
+    const writerData: WriterData = { role: writerRole, path, shared, batches: writerBatches }
+    const worker = new Worker(new URL(import.meta.url), {
+      workerData: writerData,
+      transferList: [writerBatches],
+      // Each batch arrives as fresh strings that are garbage once written; a small young generation collects them
+      // before they add up (RSS growth appending 256 MB at full speed, opening included: ≈57 MiB, ≈67 with V8's default).
+      resourceLimits: { maxYoungGenerationSizeMb: 4 },
+    })
+    worker.on("message", (message: FromWriter) => {
+      indexedSeq = message.indexedSeq
+      settle()
+    })
+    worker.on("error", (error) => fail(errorMessage(error)))
+    worker.on("exit", (code) => fail(`it exited with code ${code}`))
+    worker.unref()
+    started = { worker, exited: new Promise<void>((resolve) => worker.once("exit", () => resolve())) }
+    return started
+  }
+  if (startNow) thread()
 
   const post = (message: ToWriter) => {
+    thread()
     batches.postMessage(message)
     Atomics.add(shared, slots.bell, 1)
     Atomics.notify(shared, slots.bell)
@@ -801,14 +816,16 @@ async function threadWriter(path: string): Promise<Writer> {
     indexed(seq) {
       if (seq <= indexedSeq) return Promise.resolve()
       if (failure !== undefined) return Promise.reject(failure)
-      worker.ref()
+      thread().worker.ref()
       return new Promise((resolve, reject) => waiters.push({ seq, resolve, reject }))
     },
     async close() {
-      // Referenced again, or the process could exit before the writer has committed and closed.
-      worker.ref()
-      post({ type: "stop" })
-      await exited
+      if (started !== undefined) {
+        // Referenced again, or the process could exit before the writer has committed and closed.
+        started.worker.ref()
+        post({ type: "stop" })
+        await started.exited
+      }
       batches.close()
     },
   }
