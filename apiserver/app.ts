@@ -48,7 +48,10 @@ export type ApiServerDeps = {
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
   secrets: SecretStore
   /** Task output, as the operator stores it. */
-  logs: Pick<LogStore, "tasks" | "output" | "readChunks" | "attach" | "outputPage" | "search">
+  logs: Pick<
+    LogStore,
+    "tasks" | "output" | "readChunks" | "bytesAfter" | "lastChunkId" | "attach" | "outputPage" | "search"
+  >
   /** The driver of a pipeline stored without one. */
   defaultDriver: string
   /** The drivers a pipeline may name, resolved (no `*`). */

@@ -1,7 +1,7 @@
 import { once } from "node:events"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
-import { connect } from "node:net"
+import { connect, type Socket } from "node:net"
 import { afterEach, describe, expect, it } from "vitest"
 import { openSse, type SseWriter } from "./sse.ts"
 
@@ -21,6 +21,15 @@ async function serve(heartbeat: number): Promise<{ port: number; writer: Promise
   server.listen(0, "127.0.0.1")
   await once(server, "listening")
   return { port: (server.address() as AddressInfo).port, writer }
+}
+
+/** A stream to a raw socket that has sent its request and reads nothing. */
+async function pausedClient(): Promise<{ socket: Socket; sse: SseWriter }> {
+  const { port, writer } = await serve(60_000)
+  const socket = connect(port, "127.0.0.1")
+  socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+  socket.pause()
+  return { socket, sse: await writer }
 }
 
 describe("SSE writer", () => {
@@ -43,11 +52,7 @@ describe("SSE writer", () => {
   })
 
   it("waits for a client that does not read, and stops waiting when it leaves", async () => {
-    const { port, writer } = await serve(60_000)
-    const socket = connect(port, "127.0.0.1")
-    socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-    socket.pause()
-    const sse = await writer
+    const { socket, sse } = await pausedClient()
     const event = { stream: "stdout", data: "x".repeat(64 * 1024) }
     let sent = 0
     let blocked = false
@@ -65,5 +70,25 @@ describe("SSE writer", () => {
     }
     expect(blocked).toBe(true)
     expect(sent).toBeLessThan(1_000) // bounded by socket buffers, not by the number of events
+  })
+
+  it("drops a client that does not read with a comment after what it was sent, then ends the stream", async () => {
+    const { socket, sse } = await pausedClient()
+    let sent = 0
+    // The kernel's buffers take some before the writer's stays full.
+    do {
+      while (sse.write({ stream: "stdout", data: "y".repeat(16 * 1024) }, ++sent)) {}
+    } while (await sse.drained(50))
+    expect(sent).toBeLessThan(1_000)
+    sse.drop("runnel: this client fell behind; reconnect with Last-Event-ID")
+    expect(sse.signal.aborted).toBe(true)
+    let text = ""
+    socket.setEncoding("utf8").on("data", (chunk: string) => {
+      text += chunk
+    })
+    socket.resume()
+    await once(socket, "end")
+    expect(text).toContain(`id: ${sent}\ndata: `)
+    expect(text).toMatch(/: runnel: this client fell behind; reconnect with Last-Event-ID\n\n\r\n0\r\n\r\n$/)
   })
 })

@@ -12,9 +12,13 @@ import type { BenchLine } from "./operator.ts"
 import { startRunnelServer } from "./runnel-server.ts"
 
 export const secret = "bench-webhook-secret"
-const body = JSON.stringify({ ref: "refs/heads/main", repository: { full_name: "runnel/bench" } })
+export const body = JSON.stringify({ ref: "refs/heads/main", repository: { full_name: "runnel/bench" } })
 const signature = `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`
-const headers = { "Content-Type": "application/json", "X-GitHub-Event": "push", "X-Hub-Signature-256": signature }
+export const headers = {
+  "Content-Type": "application/json",
+  "X-GitHub-Event": "push",
+  "X-Hub-Signature-256": signature,
+}
 export const responder = `export const pipeline = async () => {
   http.respond({ status: 200, body: { ok: true } })
 }

@@ -266,6 +266,10 @@ export class Kubelet {
     const [found] = await this.#docker
       .containers(`${kubeletLabels.pod}=${pod.metadata.uid}`)
       .then((all) => all.filter((entry) => entry.labels[kubeletLabels.container] === container))
+      // The daemon went away (a log follow that ended with it is asked again): said as such, not as "read ECONNRESET".
+      .catch((error: unknown) => {
+        throw this.#docker.error(error, `the log of container "${container}" in pod "${name}" could not be read`)
+      })
     if (found === undefined) throw notFound({ group: "", resource: "pods/log" }, name)
     res.writeHead(200, { "Content-Type": "text/plain", "Cache-Control": "no-cache, private" })
     res.flushHeaders()
@@ -433,7 +437,31 @@ class PodRun {
         this.#condition("Ready", "True")
       }
       this.#write("Running")
-      await this.#docker.wait(id)
+      try {
+        const code = await this.#docker.wait(id)
+        // A stopping daemon answers wait() with the code it killed the container with: only a new connection tells.
+        if (code !== 0 && !(await this.#docker.ping())) throw new Error("it no longer takes connections")
+      } catch (error) {
+        if (this.#signal.aborted) throw error
+        // What a kubelet reports for a container its runtime lost, with the daemon named.
+        const gone = this.#docker.wentAway(
+          `container "${name}"`,
+          error instanceof Error ? error.message : String(error),
+          error,
+        )
+        status.ready = false
+        status.started = false
+        status.state = {
+          terminated: {
+            exitCode: 137,
+            reason: "ContainerStatusUnknown",
+            message: gone.message,
+            containerID: `docker://${id}`,
+          },
+        }
+        this.#write()
+        return
+      }
     }
     const ended = await this.#docker.inspect(id)
     status.ready = false

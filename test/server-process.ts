@@ -17,12 +17,14 @@ export function serverProcesses(prefix: string) {
     dir,
     /**
      * `bin/runnel server --port 0 --driver native --allowed-drivers *,native` on a temp database, unless `command` or
-     * `args` say otherwise; `ready` finds its URL in stdout (the listening line; `runnel operator` has only its metrics line).
+     * `args` say otherwise; `ready` finds its URL in stdout (the listening line; `runnel operator` has only its metrics line);
+     * `env` is added to this process's environment (DOCKER_HOST, say).
      */
     start(
       args: readonly string[] = [],
       command: readonly string[] = ["server"],
       ready = /listening on (https?:\/\/\S+)/,
+      env: NodeJS.ProcessEnv = {},
     ): Promise<ServerProcess> {
       const cwd = mkdtempSync(join(dir, `server-${++count}-`))
       const child = spawn(
@@ -40,7 +42,7 @@ export function serverProcesses(prefix: string) {
           join(cwd, "runnel.db"),
           ...args,
         ],
-        { cwd, stdio: ["ignore", "pipe", "pipe"] },
+        { cwd, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } },
       )
       started.add(child)
       let stdout = ""

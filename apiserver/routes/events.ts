@@ -18,7 +18,7 @@ export type EventRoutesDeps = NewRunDeps & {
   /** `secrets` gates a run's global secrets. */
   features: readonly Feature[]
   resources: Pick<ResourceClient, "getRun">
-  logs: Pick<LogStore, "readChunks" | "attach">
+  logs: Pick<LogStore, "readChunks" | "bytesAfter" | "lastChunkId" | "attach">
   log: Log
   /** How often a follower looks for new output while the run is quiet. */
   pollMs?: number
@@ -27,8 +27,28 @@ export type EventRoutesDeps = NewRunDeps & {
   access: RouteAccess
 }
 
-/** Chunks read per store query; a query reads at most this many rows of at most 16 KiB. */
-const readBatch = 256
+/**
+ * Chunks read per store query: at most this many rows of at most 16 KiB,
+ * about what a client's buffers take before they are full. A batch that
+ * does not fit is read again once the client has room (see sendBatch), so a
+ * larger one would be read, copied and dropped over and over for a slow
+ * client (a thousand streams of one run measured ≈4x slower, RSS +310 MiB, with 256 rows).
+ */
+const readBatch = 16
+/**
+ * A client whose buffer stays full while the run stores this much more
+ * output is dropped, with a comment saying so: it reconnects with
+ * Last-Event-ID and reads on from the store. Counted from when it stalled,
+ * so a client reading a long history slowly is not dropped for the history.
+ * Waiting costs little (a waiting stream holds no output, see sendBatch), so
+ * this is not a memory bound but how long a stalled client is kept: about
+ * 70 ms of output at pipe speed (60 MB/s), or minutes of a chatty build's.
+ */
+const maxBehindBytes = 4 << 20
+/** How far behind is counted in rows: maxBehindBytes of 16 KiB rows, and some. */
+const maxBehindRows = 2 * (maxBehindBytes >> 14)
+/** How often a stalled client's distance behind the run is measured. */
+const behindCheckMs = 1_000
 /**
  * A quiet run is looked at after this long, doubling up to maxPollMs while it stays quiet, and
  * again this soon once output arrives: the store for output, then the Run for its phase. The API
@@ -136,14 +156,11 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   /** The Run's status once seen final; "deleted" when the Run went away first. */
   let ended: { phase: FinalRunStatus; code?: number | null; message?: string } | "deleted" | undefined
   while (!sse.signal.aborted) {
-    const chunks = deps.logs.readChunks(runId, cursor, readBatch)
-    for (const chunk of chunks) {
-      // `path` names the task, so a reader can label lines or show one task's output (the web UI, `runnel run logs`).
-      await sse.send({ stream: chunk.stream, data: chunk.text, path: chunk.path }, chunk.id)
-      cursor = chunk.id
-      if (sse.signal.aborted) return
-    }
-    if (chunks.length > 0) {
+    const sent = sendBatch(sse, runId, cursor, deps.logs)
+    cursor = sent.cursor
+    if (sent.stalled && !(await keepUp(sse, runId, cursor, deps.logs))) return
+    if (sse.signal.aborted) return
+    if (sent.count > 0) {
       wait = pollMs
       continue
     }
@@ -170,4 +187,50 @@ async function follow(sse: SseWriter, runId: string, afterId: number, deps: Even
   // What the Run's status says: the operator settled its code with runExitCode, which stands in only for a status without one.
   if (ended.phase === "error") await sse.send({ event: "error", message: ended.message || "the run failed" })
   await sse.send({ event: "exit", code: ended.code ?? runExitCode(ended.phase), run_id: runId })
+}
+
+/**
+ * Reads the next chunks after `cursor` and writes them until the client's
+ * buffer is full. In a function of its own, so that the batch is garbage once
+ * it returns: a stream waiting for its client holds no output (the rest of
+ * the batch is read again), whatever the run printed.
+ */
+function sendBatch(
+  sse: SseWriter,
+  runId: string,
+  cursor: number,
+  logs: Pick<LogStore, "readChunks">,
+): { cursor: number; count: number; stalled: boolean } {
+  let count = 0
+  for (const chunk of logs.readChunks(runId, cursor, readBatch)) {
+    // `path` names the task, so a reader can label lines or show one task's output (the web UI, `runnel run logs`).
+    const room = sse.write({ stream: chunk.stream, data: chunk.text, path: chunk.path }, chunk.id)
+    cursor = chunk.id
+    count++
+    if (!room) return { cursor, count, stalled: true }
+  }
+  return { cursor, count, stalled: false }
+}
+
+/**
+ * Waits until the client has room again; false when the run stored more
+ * than maxBehindBytes of output meanwhile, and the client was dropped.
+ */
+async function keepUp(
+  sse: SseWriter,
+  runId: string,
+  cursor: number,
+  logs: Pick<LogStore, "bytesAfter" | "lastChunkId">,
+) {
+  const stalledAt = logs.lastChunkId(runId)
+  while (!(await sse.drained(behindCheckMs))) {
+    const behind = logs.bytesAfter(runId, stalledAt, maxBehindRows)
+    if (behind > maxBehindBytes) {
+      sse.drop(
+        `runnel: this client fell ${behind} bytes behind the run's output while it read nothing; reconnect with Last-Event-ID: ${cursor} to go on from there`,
+      )
+      return false
+    }
+  }
+  return true
 }

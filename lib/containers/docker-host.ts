@@ -1,3 +1,4 @@
+import { Agent } from "node:http"
 import Docker from "dockerode"
 import { errorMessage, SystemError } from "../core/errors.ts"
 
@@ -90,19 +91,28 @@ export const defaultDockerSocket = "/var/run/docker.sock"
 export class DockerHost {
   readonly where: string
   readonly #docker: Docker
+  /** The same daemon on a new connection per request: see ping(). */
+  readonly #fresh: Docker
   readonly #hint: string
 
   /** `host`: a socket path, `unix:///path`, `tcp://host:port` or `http://host:port`; `hint` ends the message when the daemon cannot be reached. */
   constructor(host: string, hint: string) {
     this.#docker = new Docker(clientOptions(host))
+    // dockerode hands `agent` to docker-modem, which uses it; its type leaves it out.
+    this.#fresh = new Docker({ ...clientOptions(host), agent: new Agent({ keepAlive: false }) } as Docker.DockerOptions)
     this.where = host
     this.#hint = hint
   }
 
-  /** Whether the daemon answers at all. */
+  /**
+   * Whether the daemon answers at all, on a new connection: a daemon that is
+   * stopping closes its socket at once but keeps answering on connections it
+   * had open (Node's agent keeps them alive) while it kills its containers,
+   * so only a new connection tells that it is going away.
+   */
   async ping(): Promise<boolean> {
     try {
-      await this.#docker.ping()
+      await this.#fresh.ping()
       return true
     } catch {
       return false
@@ -135,7 +145,8 @@ export class DockerHost {
     const stream = await this.#docker.getContainer(id).attach({ stream: true, stdout: true, stderr: true })
     const ended = streamEnd(stream)
     ended.catch(() => {}) // awaited by the caller; this only keeps an early exit from leaving it unhandled
-    this.#docker.modem.demuxStream(stream, sink(output, "stdout"), sink(output, "stderr"))
+    const demux = demuxer(output)
+    stream.on("data", demux)
     return { ended }
   }
 
@@ -152,8 +163,28 @@ export class DockerHost {
     }
   }
 
+  /**
+   * The container's exit code once it has ended. Rejects (ECONNRESET) when
+   * the daemon is killed meanwhile: dockerode's own wait() never settles
+   * then, since docker-modem does not see a response cut off, so the answer
+   * is read here as a stream, whose iteration does.
+   */
   async wait(id: string): Promise<number> {
-    const { StatusCode } = (await this.#docker.getContainer(id).wait()) as { StatusCode: number }
+    const answer = await new Promise<NodeJS.ReadableStream>((resolve, reject) =>
+      this.#docker.modem.dial(
+        {
+          path: `/containers/${id}/wait?`,
+          method: "POST",
+          isStream: true,
+          statusCodes: { 200: true, 400: "bad parameter", 404: "no such container", 500: "server error" },
+          options: {},
+        },
+        (error: unknown, stream: unknown) => (error ? reject(error) : resolve(stream as NodeJS.ReadableStream)),
+      ),
+    )
+    let body = ""
+    for await (const chunk of answer) body += String(chunk)
+    const { StatusCode } = JSON.parse(body) as { StatusCode: number }
     return StatusCode
   }
 
@@ -213,11 +244,11 @@ export class DockerHost {
     // dockerode types follow: true and false as two overloads; the stream and the buffer are one format.
     const answer = (await container.logs(request as { follow: true })) as NodeJS.ReadableStream | Buffer
     if (Buffer.isBuffer(answer)) {
-      demuxBuffer(answer, output)
+      demuxer(output)(answer)
       return
     }
     const ended = streamEnd(answer)
-    this.#docker.modem.demuxStream(answer, sink(output, "stdout"), sink(output, "stderr"))
+    answer.on("data", demuxer(output))
     signal.addEventListener("abort", () => (answer as unknown as { destroy(): void }).destroy?.(), { once: true })
     await ended.catch((error: unknown) => {
       if (!signal.aborted) throw error
@@ -252,6 +283,23 @@ export class DockerHost {
   async volumes(label: string): Promise<{ name: string; labels: Record<string, string> }[]> {
     const { Volumes: found } = await this.#docker.listVolumes({ filters: { label: [label] } })
     return (found ?? []).map((volume) => ({ name: volume.Name, labels: volume.Labels ?? {} }))
+  }
+
+  /**
+   * The error of `what` (a task) whose daemon went away while it ran, for
+   * `reason`: it names the daemon, since the task's own end (its code, if it
+   * had one) was the daemon's doing.
+   */
+  wentAway(what: string, reason: string, cause?: unknown): SystemError {
+    return new SystemError(
+      `the Docker daemon at ${this.where} went away while ${what} ran (${reason}); runs started once it answers again use it`,
+      { cause },
+    )
+  }
+
+  /** Whether `error` says the daemon cannot be reached (refused, reset, no socket). */
+  unreachable(error: unknown): boolean {
+    return unreachable(error)
   }
 
   /** A SystemError saying what failed; when the daemon cannot be reached at all, saying that instead. */
@@ -380,24 +428,39 @@ export class UnknownHostError extends Error {
   }
 }
 
-/** demuxStream only calls write(); a plain object hands each frame on synchronously, with no stream buffering. */
-function sink(output: OutputSink, stream: "stdout" | "stderr"): NodeJS.WritableStream {
-  const write = (chunk: Buffer) => {
-    output[stream](chunk)
-    return true
-  }
-  return { write } as unknown as NodeJS.WritableStream
-}
-
-/** The multiplexed format (8-byte headers: stream, 0, 0, 0, big-endian length) read from a whole buffer. */
-function demuxBuffer(buffer: Buffer, output: OutputSink): void {
-  let at = 0
-  while (at + 8 <= buffer.length) {
-    const length = buffer.readUInt32BE(at + 4)
-    const frame = buffer.subarray(at + 8, at + 8 + length)
-    if (buffer[at] === 2) output.stderr(frame)
-    else output.stdout(frame)
-    at += 8 + length
+/**
+ * Reads Docker's multiplexed format (8-byte headers: stream, 0, 0, 0, big-endian
+ * length, then that many bytes) chunk by chunk, handing on each frame's bytes as
+ * views of the chunk they came in: a frame cut between chunks goes on in pieces,
+ * which the sink copes with (it decodes across chunks). dockerode's demuxStream
+ * copies every chunk into a buffer it joins and re-cuts: at pipe speed that made
+ * ≈90 MiB of garbage buffers the collector freed only late (measured, 200 MB task).
+ */
+export function demuxer(output: OutputSink): (chunk: Buffer) => void {
+  const header = Buffer.alloc(8)
+  let headerBytes = 0
+  /** Bytes left of the current frame's body. */
+  let left = 0
+  let stream: "stdout" | "stderr" = "stdout"
+  return (chunk) => {
+    let at = 0
+    while (at < chunk.length) {
+      if (left === 0) {
+        const taken = Math.min(8 - headerBytes, chunk.length - at)
+        chunk.copy(header, headerBytes, at, at + taken)
+        headerBytes += taken
+        at += taken
+        if (headerBytes < 8) return
+        headerBytes = 0
+        left = header.readUInt32BE(4)
+        stream = header[0] === 2 ? "stderr" : "stdout"
+        continue
+      }
+      const end = Math.min(chunk.length, at + left)
+      output[stream](chunk.subarray(at, end))
+      left -= end - at
+      at = end
+    }
   }
 }
 

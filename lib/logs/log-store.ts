@@ -1,3 +1,4 @@
+import type { SystemError } from "../core/errors.ts"
 import type { OutputStream, TaskRecord } from "../core/run.ts"
 
 /**
@@ -26,6 +27,14 @@ export interface LogStore {
    */
   readChunks(runId: string, afterId: number, limit?: number): StoredChunk[]
   /**
+   * Bytes (UTF-8) of the run's committed output after the chunk `afterId`,
+   * counting at most `maxRows` rows (of 16 KiB at most each): how far a reader
+   * at that cursor is behind. Reads no text, only the rows' lengths.
+   */
+  bytesAfter(runId: string, afterId: number, maxRows: number): number
+  /** The id of the run's newest committed chunk; 0 when it has none. */
+  lastChunkId(runId: string): number
+  /**
    * Full-text search over stored output: ranked by BM25 when at most 1,000
    * rows match, newest first when more do (ranking a word found everywhere
    * costs time in proportion to the store, and recency is then the better
@@ -52,6 +61,13 @@ export interface LogStore {
   attach(runId: string, name: string, data: string): void
   /** What attach() kept, or undefined. */
   attachment(runId: string, name: string): string | undefined
+  /**
+   * Why output of run `runId` appended so far could not all be stored (the
+   * store's disk is full, say), once each write to it has been committed or
+   * given up; undefined when all of it was stored. The store goes on taking
+   * writes meanwhile, and those made once there is room again are kept.
+   */
+  lostOutput(runId: string): SystemError | undefined
   /** Waits until everything appended so far is committed and indexed. */
   flush(): Promise<void>
   /** Flushes and closes; idempotent. */

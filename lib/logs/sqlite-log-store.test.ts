@@ -50,6 +50,22 @@ for (const kind of ["file", ":memory:"] as const) {
       expect(await store.outputPage("missing", "tasks/1/x", "stdout", 0, 10)).toEqual({ text: "", total: 0 })
     })
 
+    it("counts the UTF-8 bytes stored after a cursor, up to a number of rows", async () => {
+      const store = await openStore()
+      store.append("r1", "tasks/1/a", "stdout", "héllo\n")
+      store.append("r2", "tasks/1/a", "stdout", "other run\n")
+      const [first] = store.readChunks("r1", 0)
+      store.append("r1", "tasks/1/a", "stderr", "€\n")
+      expect(store.readChunks("r1", 0).map((chunk) => chunk.text)).toEqual(["héllo\n", "€\n"])
+      expect(store.bytesAfter("r1", 0, 100)).toBe(7 + 4)
+      expect(store.bytesAfter("r1", first?.id ?? 0, 100)).toBe(4)
+      expect(store.bytesAfter("r1", 0, 1)).toBe(7)
+      expect(store.bytesAfter("missing", 0, 100)).toBe(0)
+      expect(store.lastChunkId("r1")).toBe(store.readChunks("r1", 0).at(-1)?.id)
+      expect(store.lastChunkId("missing")).toBe(0)
+      expect(store.lostOutput("r1")).toBeUndefined()
+    })
+
     it("keeps attachments of a run, the last one of a name winning, and answers undefined for others", async () => {
       const store = await openStore()
       const body = "x".repeat(600 * 1024)

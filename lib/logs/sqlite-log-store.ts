@@ -101,8 +101,8 @@ export async function openSqliteLogStore(path: string, storedBytes?: StoredBytes
     const [writer, reader] =
       path === ":memory:"
         ? [inlineWriter(db), inlineReader(db)]
-        : await Promise.all([threadWriter(path), threadReader(path)])
-    return new SqliteLogStore(db, writer, reader, storedBytes)
+        : [threadWriter(path, db.prepare(anyUnindexed).get()?.found === 1), threadReader(path)]
+    return new SqliteLogStore(path, db, writer, reader, storedBytes)
   } catch (error) {
     db.close()
     throw error
@@ -118,11 +118,14 @@ type Batch = { seq: number; tasks: TaskRecord[]; chunks: Chunk[] }
  * Writer, so that ingest never waits for SQLite's write lock there.
  */
 class SqliteLogStore implements LogStore {
+  readonly #path: string
   readonly #db: DatabaseSync
   readonly #writer: Writer
   readonly #selectTasks: StatementSync
   readonly #selectOutput: StatementSync
   readonly #selectChunks: StatementSync
+  readonly #selectBytesAfter: StatementSync
+  readonly #selectLastChunkId: StatementSync
   readonly #reader: Reader
   readonly #attach: StatementSync
   readonly #attachment: StatementSync
@@ -133,11 +136,14 @@ class SqliteLogStore implements LogStore {
   #seq = 0
   /** Runs with writes that may not be committed yet, and the batch that carries their last write. */
   readonly #unsynced = new Map<string, number>()
+  /** Runs with output the writer could not store, and why; kept until asked for. */
+  readonly #lost = new Map<string, SystemError>()
   #failure: Error | undefined
   #closed: Promise<void> | undefined
   readonly #storedBytes: StoredBytes | undefined
 
-  constructor(db: DatabaseSync, writer: Writer, reader: Reader, storedBytes: StoredBytes | undefined) {
+  constructor(path: string, db: DatabaseSync, writer: Writer, reader: Reader, storedBytes: StoredBytes | undefined) {
+    this.#path = path
     this.#storedBytes = storedBytes
     this.#db = db
     this.#writer = writer
@@ -149,6 +155,12 @@ class SqliteLogStore implements LogStore {
     this.#selectChunks = db.prepare(
       "SELECT id, path, stream, text FROM chunks INDEXED BY chunks_by_run WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?",
     )
+    // octet_length() of a TEXT value is read from the row's header: no overflow page of the text is loaded.
+    this.#selectBytesAfter = db.prepare(
+      `SELECT coalesce(sum(bytes), 0) AS bytes FROM
+         (SELECT octet_length(text) AS bytes FROM chunks INDEXED BY chunks_by_run WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?)`,
+    )
+    this.#selectLastChunkId = db.prepare("SELECT max(id) AS id FROM chunks INDEXED BY chunks_by_run WHERE run_id = ?")
     this.#attach = db.prepare("INSERT OR REPLACE INTO attachments (run_id, name, data) VALUES (?, ?, ?)")
     this.#attachment = db.prepare("SELECT data FROM attachments WHERE run_id = ? AND name = ?")
   }
@@ -213,6 +225,15 @@ class SqliteLogStore implements LogStore {
     }))
   }
 
+  // No #sync: how far behind a reader is need not wait for writes on their way.
+  bytesAfter(runId: string, afterId: number, maxRows: number): number {
+    return Number(this.#selectBytesAfter.get(runId, afterId, maxRows)?.bytes ?? 0)
+  }
+
+  lastChunkId(runId: string): number {
+    return Number(this.#selectLastChunkId.get(runId)?.id ?? 0)
+  }
+
   search(request: SearchRequest): Promise<SearchPage> {
     this.#assertOpen()
     return this.#reader.search(request)
@@ -223,6 +244,19 @@ class SqliteLogStore implements LogStore {
     // Committed first, so that the reader's connection sees every write made before this call.
     this.#sync(runId)
     return this.#reader.outputPage({ runId, path, stream, offset, limit })
+  }
+
+  lostOutput(runId: string): SystemError | undefined {
+    this.#sync(runId)
+    for (const { runIds, reason } of this.#writer.lost()) {
+      const error = new SystemError(
+        `the log store is full: output of this run could not be stored in ${this.#path} (${reason}); free space on its disk, then run it again`,
+      )
+      for (const id of runIds) if (!this.#lost.has(id)) this.#lost.set(id, error)
+    }
+    const lost = this.#lost.get(runId)
+    this.#lost.delete(runId)
+    return lost
   }
 
   async flush(): Promise<void> {
@@ -307,8 +341,17 @@ type Writer = {
   committedSeq(): number
   /** Resolves once the chunks of batches through `seq` are indexed. */
   indexed(seq: number): Promise<void>
+  /** Writes given up since the last call (committed() counts them as done): whose, and why. */
+  lost(): LostWrites[]
   close(): Promise<void>
 }
+
+/** Batches the writer gave up (the disk was full), rolled back whole: the runs they carried output or tasks of. */
+type LostWrites = { lost: true; runIds: string[]; reason: string }
+
+/** One row, `found`: 1 when some chunk is not yet in chunks_fts. */
+const anyUnindexed =
+  "SELECT EXISTS (SELECT 1 FROM chunks WHERE id > (SELECT indexed_through FROM fts_progress)) AS found"
 
 /**
  * The statements of a writer connection. fts_progress is read and advanced
@@ -328,9 +371,7 @@ function writeStatements(db: DatabaseSync) {
   const selectProgress = db.prepare("SELECT indexed_through FROM fts_progress")
   const updateProgress = db.prepare("UPDATE fts_progress SET indexed_through = ?")
   const selectUnindexed = db.prepare("SELECT id FROM chunks WHERE id > ? ORDER BY id LIMIT 1")
-  const selectAnyUnindexed = db.prepare(
-    "SELECT EXISTS (SELECT 1 FROM chunks WHERE id > (SELECT indexed_through FROM fts_progress)) AS found",
-  )
+  const selectAnyUnindexed = db.prepare(anyUnindexed)
   const index = db.prepare("INSERT INTO chunks_fts (rowid, text) SELECT id, text FROM chunks WHERE id = ?")
   return {
     /** Writes a batch; returns the id of its last chunk, 0 if it has none. */
@@ -402,6 +443,8 @@ function inlineWriter(db: DatabaseSync): Writer {
     committed() {},
     committedSeq: () => Number.POSITIVE_INFINITY,
     indexed: async () => {},
+    // A failed write throws from write() itself: memory has no disk to fill.
+    lost: () => [],
     close: async () => {},
   }
 }
@@ -564,52 +607,58 @@ type ReaderData = { role: typeof readerRole; path: string }
  * stalls the event loop. Requests are answered in order, one at a time: a
  * queue of slow searches delays other searches, never ingest or webhooks. In
  * WAL mode this connection reads beside the writer's without waiting for it.
- * Referenced only while a request is out, so an idle store keeps no process alive.
+ * The thread starts with the first request, since a thread costs ≈11 MiB of
+ * resident memory (measured) that a server nobody searches or pages need not
+ * hold, and it is referenced only while a request is out, so an idle store
+ * keeps no process alive.
  */
-async function threadReader(path: string): Promise<Reader> {
-  const worker = new Worker(new URL(import.meta.url), { workerData: { role: readerRole, path } satisfies ReaderData })
+function threadReader(path: string): Reader {
   const pending = new Map<number, { resolve: (result: never) => void; reject: (error: Error) => void }>()
   let nextId = 0
   let failure: Error | undefined
+  let started: { worker: Worker; exited: Promise<void> } | undefined
   const failAll = (reason: string) => {
     failure ??= new SystemError(`the log store's reader thread stopped: ${reason}`)
     for (const { reject } of pending.values()) reject(failure)
     pending.clear()
   }
-  worker.on("message", ({ id, result, error }: FromReader) => {
-    const waiter = pending.get(id)
-    pending.delete(id)
-    if (pending.size === 0) worker.unref()
-    if (error !== undefined) waiter?.reject(new SystemError(`the log store could not read: ${error}`))
-    else waiter?.resolve(result as never)
-  })
-  worker.on("error", (error) => failAll(errorMessage(error)))
-  const exited = new Promise<void>((resolve) =>
-    worker.once("exit", (code) => {
-      failAll(`it exited with code ${code}`)
-      resolve()
-    }),
-  )
-  await new Promise<void>((resolve, reject) => {
-    worker.once("online", resolve)
-    worker.once("error", reject)
-  })
-  worker.unref()
+  const start = () => {
+    const worker = new Worker(new URL(import.meta.url), { workerData: { role: readerRole, path } satisfies ReaderData })
+    worker.on("message", ({ id, result, error }: FromReader) => {
+      const waiter = pending.get(id)
+      pending.delete(id)
+      if (pending.size === 0) worker.unref()
+      if (error !== undefined) waiter?.reject(new SystemError(`the log store could not read: ${error}`))
+      else waiter?.resolve(result as never)
+    })
+    worker.on("error", (error) => failAll(errorMessage(error)))
+    const exited = new Promise<void>((resolve) =>
+      worker.once("exit", (code) => {
+        failAll(`it exited with code ${code}`)
+        resolve()
+      }),
+    )
+    return { worker, exited }
+  }
   const ask = <T>(request: Omit<ToReader, "id">): Promise<T> => {
     if (failure !== undefined) return Promise.reject(failure)
+    started ??= start()
     const id = ++nextId
-    worker.ref()
+    started.worker.ref()
     return new Promise<T>((resolve, reject) => {
       pending.set(id, { resolve: resolve as (result: never) => void, reject })
-      worker.postMessage({ id, ...request })
+      // Posted before the thread is online is fine: a worker's messages wait for it.
+      started?.worker.postMessage({ id, ...request })
     })
   }
   return {
     search: (search) => ask<SearchPage>({ search }),
     outputPage: (page) => ask<OutputPage>({ page }),
     async close() {
-      await worker.terminate()
-      await exited
+      failure ??= new SystemError("the log store is closed")
+      if (started === undefined) return
+      await started.worker.terminate()
+      await started.exited
     },
   }
 }
@@ -665,49 +714,56 @@ type WriterData = { role: typeof writerRole; path: string; shared: Int32Array; b
  * writer thread owns every write: it writes each batch as it arrives and
  * indexes chunks in between, one by one, in transactions of at most
  * transactionMs. The event loop only copies each batch into a message
- * (≈0.3 ms per MB). The thread is referenced only while someone waits for
- * it, so an idle store does not keep the process alive.
+ * (≈0.3 ms per MB). The thread starts with the first write, or at once when
+ * output an earlier process stored is left to index: a thread costs ≈11 MiB
+ * of resident memory (measured) that a server with nothing to write need not
+ * hold. It is referenced only while someone waits for it, so an idle store
+ * does not keep the process alive.
  */
-async function threadWriter(path: string): Promise<Writer> {
+function threadWriter(path: string, startNow: boolean): Writer {
   const shared = new Int32Array(new SharedArrayBuffer(5 * Int32Array.BYTES_PER_ELEMENT))
   const { port1: batches, port2: writerBatches } = new MessageChannel()
-  const writerData: WriterData = { role: writerRole, path, shared, batches: writerBatches }
-  const worker = new Worker(new URL(import.meta.url), {
-    workerData: writerData,
-    transferList: [writerBatches],
-    // Each batch arrives as fresh strings that are garbage once written; a small young generation collects them
-    // before they add up (RSS growth appending 256 MB at full speed, opening included: ≈57 MiB, ≈67 with V8's default).
-    resourceLimits: { maxYoungGenerationSizeMb: 4 },
-  })
   const waiters: { seq: number; resolve: () => void; reject: (error: Error) => void }[] = []
   let indexedSeq = 0
   let failure: Error | undefined
+  let started: { worker: Worker; exited: Promise<void> } | undefined
   const settle = () => {
     for (const waiter of waiters.filter((waiter) => failure !== undefined || waiter.seq <= indexedSeq)) {
       if (failure === undefined) waiter.resolve()
       else waiter.reject(failure)
       waiters.splice(waiters.indexOf(waiter), 1)
     }
-    if (waiters.length === 0) worker.unref()
+    if (waiters.length === 0) started?.worker.unref()
   }
-  worker.on("message", (message: FromWriter) => {
-    indexedSeq = message.indexedSeq
-    settle()
-  })
-  const exited = new Promise<void>((resolve) => worker.once("exit", () => resolve()))
   const fail = (reason: string) => {
     failure ??= new SystemError(`the log store's writer thread stopped: ${reason}`)
     settle()
   }
-  worker.on("error", (error) => fail(errorMessage(error)))
-  worker.on("exit", (code) => fail(`it exited with code ${code}`))
-  await new Promise<void>((resolve, reject) => {
-    worker.once("online", resolve)
-    worker.once("error", reject)
-  })
-  worker.unref()
+  /** The thread, started on first use: messages posted before it is online wait for it. */
+  const thread = () => {
+    if (started !== undefined) return started
+    const writerData: WriterData = { role: writerRole, path, shared, batches: writerBatches }
+    const worker = new Worker(new URL(import.meta.url), {
+      workerData: writerData,
+      transferList: [writerBatches],
+      // Each batch arrives as fresh strings that are garbage once written; a small young generation collects them
+      // before they add up (RSS growth appending 256 MB at full speed, opening included: ≈57 MiB, ≈67 with V8's default).
+      resourceLimits: { maxYoungGenerationSizeMb: 4 },
+    })
+    worker.on("message", (message: FromWriter) => {
+      indexedSeq = message.indexedSeq
+      settle()
+    })
+    worker.on("error", (error) => fail(errorMessage(error)))
+    worker.on("exit", (code) => fail(`it exited with code ${code}`))
+    worker.unref()
+    started = { worker, exited: new Promise<void>((resolve) => worker.once("exit", () => resolve())) }
+    return started
+  }
+  if (startNow) thread()
 
   const post = (message: ToWriter) => {
+    thread()
     batches.postMessage(message)
     Atomics.add(shared, slots.bell, 1)
     Atomics.notify(shared, slots.bell)
@@ -740,6 +796,18 @@ async function threadWriter(path: string): Promise<Writer> {
       }
     },
     committedSeq: () => Atomics.load(shared, slots.committed),
+    lost() {
+      const found: LostWrites[] = []
+      // Posted before the writer counts the batches committed, so whoever waited for that finds them here.
+      for (
+        let received = receiveMessageOnPort(batches);
+        received !== undefined;
+        received = receiveMessageOnPort(batches)
+      ) {
+        found.push(received.message as LostWrites)
+      }
+      return found
+    },
     committed(seq) {
       if (Atomics.load(shared, slots.committed) >= seq) return
       Atomics.store(shared, slots.wanted, seq)
@@ -748,14 +816,16 @@ async function threadWriter(path: string): Promise<Writer> {
     indexed(seq) {
       if (seq <= indexedSeq) return Promise.resolve()
       if (failure !== undefined) return Promise.reject(failure)
-      worker.ref()
+      thread().worker.ref()
       return new Promise((resolve, reject) => waiters.push({ seq, resolve, reject }))
     },
     async close() {
-      // Referenced again, or the process could exit before the writer has committed and closed.
-      worker.ref()
-      post({ type: "stop" })
-      await exited
+      if (started !== undefined) {
+        // Referenced again, or the process could exit before the writer has committed and closed.
+        started.worker.ref()
+        post({ type: "stop" })
+        await started.exited
+      }
       batches.close()
     },
   }
@@ -790,6 +860,8 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
   let uncheckpointedChars = 0
   let stopping = false
   let lastBatchAt = Number.NEGATIVE_INFINITY
+  /** Batches written in the open transaction, and the runs each carries: what a failed commit loses. */
+  let pending: { seq: number; runIds: Set<string> }[] = []
 
   const begin = () => {
     db.exec("BEGIN IMMEDIATE")
@@ -807,6 +879,7 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     statements.setProgress(progress)
     db.exec("COMMIT")
     open = false
+    pending = []
     committedSeq = appliedSeq
     Atomics.store(shared, slots.committed, committedSeq)
     Atomics.notify(shared, slots.committed)
@@ -814,9 +887,44 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     // Here, between this writer's transactions, a checkpoint copies every frame and the WAL starts over. One on
     // another connection, beside a busy writer, never catches up, and the WAL grows as long as output comes.
     if (uncheckpointedChars >= checkpointChars) {
-      checkpoint.get()
-      uncheckpointedChars = 0
+      try {
+        checkpoint.get()
+        uncheckpointedChars = 0
+      } catch (error) {
+        // The file could not grow: the WAL keeps every frame, and the next commit tries again.
+        if (!isFull(error)) throw error
+      }
     }
+  }
+  /**
+   * The disk is full: the open transaction is rolled back (SQLite may have
+   * done so already), its batches are given up and reported, whose runs they
+   * carried and why, before they count as committed, so that a store waiting
+   * for them goes on. The writer lives on: once there is room, writes succeed again.
+   */
+  const giveUp = (error: unknown) => {
+    if (db.isTransaction) db.exec("ROLLBACK")
+    open = false
+    const runIds = new Set(pending.flatMap((batch) => [...batch.runIds]))
+    const seqs = new Set(pending.map((batch) => batch.seq))
+    appliedSeq = Math.max(appliedSeq, ...seqs)
+    pending = []
+    for (let i = unindexed.length - 1; i >= 0; i--) if (seqs.has(unindexed[i]?.seq ?? 0)) unindexed.splice(i, 1)
+    if (runIds.size > 0) {
+      const { errstr } = error as { errstr?: string }
+      batches.postMessage({
+        lost: true,
+        runIds: [...runIds],
+        reason: `SQLITE_FULL: ${errstr ?? errorMessage(error)}`,
+      } satisfies LostWrites)
+    }
+    Atomics.store(shared, slots.applied, appliedSeq)
+    Atomics.notify(shared, slots.applied)
+    committedSeq = appliedSeq
+    Atomics.store(shared, slots.committed, committedSeq)
+    Atomics.notify(shared, slots.committed)
+    progress = statements.progress()
+    report()
   }
 
   for (;;) {
@@ -832,7 +940,17 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       }
       if (!open) begin()
       lastBatchAt = performance.now()
-      unindexed.push({ seq: message.seq, lastId: statements.apply(message), atMs: lastBatchAt })
+      const runIds = new Set([...message.tasks, ...message.chunks].map((write) => write.runId))
+      pending.push({ seq: message.seq, runIds })
+      let lastId: number
+      try {
+        lastId = statements.apply(message)
+      } catch (error) {
+        if (!isFull(error)) throw error
+        giveUp(error)
+        continue
+      }
+      unindexed.push({ seq: message.seq, lastId, atMs: lastBatchAt })
       for (const chunk of message.chunks) uncheckpointedChars += chunk.text.length
       appliedSeq = message.seq
       Atomics.store(shared, slots.applied, appliedSeq)
@@ -843,20 +961,27 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     const lagMs = unindexed[0] === undefined ? 0 : performance.now() - unindexed[0].atMs
     const quiet = quietForMs >= indexIdleMs || lagMs >= maxIndexLagMs
     // Chunks left unindexed by a process that ended are taken up here too: progress is shared in the file.
-    if (!open && !stopping && quiet && statements.hasUnindexed()) begin()
-    const indexed = open && !stopping && quiet ? statements.indexAfter(progress) : undefined
-    if (indexed !== undefined) {
-      progress = indexed
-      // Indexing writes index pages to the WAL too: counted as a row of text, about what the WAL measured.
-      uncheckpointedChars += rowChars
-    }
-    if (
-      open &&
-      (indexed === undefined ||
-        Atomics.load(shared, slots.wanted) > committedSeq ||
-        performance.now() - openedAt >= transactionMs)
-    ) {
-      commit()
+    let indexed: number | undefined
+    try {
+      if (!open && !stopping && quiet && statements.hasUnindexed()) begin()
+      indexed = open && !stopping && quiet ? statements.indexAfter(progress) : undefined
+      if (indexed !== undefined) {
+        progress = indexed
+        // Indexing writes index pages to the WAL too: counted as a row of text, about what the WAL measured.
+        uncheckpointedChars += rowChars
+      }
+      if (
+        open &&
+        (indexed === undefined ||
+          Atomics.load(shared, slots.wanted) > committedSeq ||
+          performance.now() - openedAt >= transactionMs)
+      ) {
+        commit()
+      }
+    } catch (error) {
+      if (!isFull(error)) throw error
+      giveUp(error)
+      indexed = undefined
     }
     if (stopping) return
     if (!open && indexed === undefined) {
@@ -873,6 +998,12 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       )
     }
   }
+}
+
+/** SQLITE_FULL (13, with any extended code): the disk, or the file's size limit, is full. */
+function isFull(error: unknown): boolean {
+  const code = (error as { errcode?: unknown } | undefined)?.errcode
+  return typeof code === "number" && (code & 0xff) === 13
 }
 
 if (!isMainThread && parentPort !== null) {

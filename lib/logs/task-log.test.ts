@@ -23,6 +23,9 @@ function recordingStore() {
     outputPage: async () => ({ text: "", total: 0 }),
     attach() {},
     attachment: () => undefined,
+    lostOutput: () => undefined,
+    bytesAfter: () => 0,
+    lastChunkId: () => 0,
     flush: async () => {},
     close: async () => {},
   }

@@ -372,7 +372,10 @@ export class RunContext {
       this.#console.end()
       this.#finish(closedTask(consoleRecord, status))
     }
-    if (this.#runDriver !== undefined) await (await this.#runDriver.catch(() => undefined))?.close()
+    // A driver that cannot remove what the run left (its Docker daemon went away) must not undo how the run
+    // ended: the operator executes a run that rejects again, tasks and all. What is left carries the run's
+    // labels, and the driver removes it once its owner process is gone (the next `runnel server` start).
+    if (this.#runDriver !== undefined) await (await this.#runDriver.catch(() => undefined))?.close().catch(() => {})
     return [...this.#records.values()]
   }
 

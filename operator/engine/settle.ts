@@ -112,11 +112,18 @@ export async function runToEnd<R extends Redactor>(
     outcome = { status: "rejected", reason }
   }
 
-  const { status, message } = ending(outcome, controller.signal)
+  const ended = ending(outcome, controller.signal)
   // Tasks the pipeline started but did not wait for end with the run.
   controller.abort(new RunAborted("the pipeline finished before this task"))
   signal.removeEventListener("abort", forwardAbort)
-  const tasks = (await context?.close(status)) ?? []
+  const tasks = (await context?.close(ended.status)) ?? []
+  // Output that could not be stored (the log store's disk is full) makes a run that otherwise passed or failed
+  // runnel's failure: what it printed is not all there to read. A stopped run stays aborted, an error keeps its own.
+  const lost = deps.store.lostOutput(run.runId)
+  const { status, message } =
+    lost !== undefined && (ended.status === "success" || ended.status === "failure")
+      ? { status: "error" as const, message: lost.message }
+      : ended
   const result = settle(
     { runId: run.runId, startedAt },
     { status, message: message === null ? null : redactor.redact(message) },

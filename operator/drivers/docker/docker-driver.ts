@@ -4,7 +4,7 @@ import {
   defaultDockerSocket,
   UnknownHostError,
 } from "../../../lib/containers/docker-host.ts"
-import { badRequest, SystemError } from "../../../lib/core/errors.ts"
+import { badRequest, errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
   assertCacheKey,
@@ -124,10 +124,12 @@ class DockerRun implements RunDriver {
     const kill = () => daemon.kill(id)
     signal.addEventListener("abort", kill)
     let timer: NodeJS.Timeout | undefined
+    let started = false
     try {
       const { ended } = await daemon.attach(id, output)
       signal.throwIfAborted()
       await daemon.start(id, task.command.path, task.image, what)
+      started = true
       // An abort during start() may have found the container not yet running, so kill() missed it.
       signal.throwIfAborted()
       let timedOut = false
@@ -141,10 +143,17 @@ class DockerRun implements RunDriver {
       const code = await daemon.wait(id)
       await ended
       signal.throwIfAborted()
+      // A daemon that is stopped kills its containers and answers wait() with the code it killed each with, as
+      // if the task had failed by itself; only a new connection tells that it is going away. (A task that exits
+      // 0 on SIGTERM passes: asking after every task would cost a connection each, ≈3 ms on a busy daemon.)
+      if (code !== 0 && !(await daemon.ping())) throw daemon.wentAway(what, "it no longer takes connections")
       if (code !== 0 && !timedOut && (await daemon.inspect(id)).oomKilled) output.stderr(oomKilledNote(task.resources))
       return { code, timedOut }
     } catch (error) {
       if (signal.aborted) throw signal.reason
+      if (started && daemon.unreachable(error)) {
+        throw daemon.wentAway(what, `${(error as NodeJS.ErrnoException).code}: ${errorMessage(error)}`, error)
+      }
       throw daemon.error(error, `${what} failed in Docker`)
     } finally {
       clearTimeout(timer)

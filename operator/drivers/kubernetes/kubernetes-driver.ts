@@ -586,7 +586,12 @@ function exitOf(pod: V1Pod, output: TaskOutput, resources: TaskResources | undef
     output.stderr(Buffer.from(`runnel: the Pod was evicted: ${pod.status?.message ?? pod.status?.reason ?? ""}\n`))
     return 137
   }
-  if (ended.reason === "StartError" || ended.reason === "ContainerCannotRun") {
+  // ContainerStatusUnknown: the container's runtime lost it (the embedded API's Docker daemon went away).
+  if (
+    ended.reason === "StartError" ||
+    ended.reason === "ContainerCannotRun" ||
+    ended.reason === "ContainerStatusUnknown"
+  ) {
     throw new SystemError(ended.message ?? `the container could not start (${ended.reason})`)
   }
   if (ended.reason === "OOMKilled") output.stderr(oomKilledNote(resources))

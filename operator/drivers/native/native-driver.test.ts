@@ -7,6 +7,7 @@ import { SystemError } from "../../../lib/core/errors.ts"
 import type { TaskSpec } from "../driver.ts"
 import { collect, driverContract } from "../driver-contract.fixture.ts"
 import { nativeDriverFactory } from "./native-driver.ts"
+import { groupRecord } from "./process-group.ts"
 
 const workRoot = await mkdtemp(join(tmpdir(), "runnel-native-test-"))
 afterAll(() => rm(workRoot, { recursive: true, force: true }))
@@ -68,6 +69,26 @@ async function deadPid(): Promise<number> {
   const child = spawn("true")
   await new Promise((resolve) => child.once("exit", resolve))
   return child.pid ?? 0
+}
+
+/** A run directory, with its `groups` directory, whose owner has died. */
+async function deadOwnersRunDir(name: string): Promise<string> {
+  const dir = join(workRoot, name)
+  await mkdir(join(dir, "groups"), { recursive: true })
+  await writeFile(join(dir, "owner"), `${hostname()}:${await deadPid()}`)
+  return dir
+}
+
+/** A process group of its own, as a task's, with a process in the background: both pids. */
+async function orphanGroup(): Promise<{ leader: number; background: number }> {
+  const child = spawn("sh", ["-c", "sleep 100 & echo $!; sleep 100"], {
+    detached: true,
+    stdio: ["ignore", "pipe", "ignore"],
+  })
+  const background = await new Promise<number>((resolve) =>
+    child.stdout.once("data", (chunk) => resolve(Number(String(chunk).trim()))),
+  )
+  return { leader: child.pid ?? 0, background }
 }
 
 describe("native driver", () => {
@@ -301,6 +322,47 @@ describe("native driver", () => {
     const entries = await readdir(workRoot)
     expect(entries).not.toContain("crashed-run-00000000")
     expect(entries).toEqual(expect.arrayContaining(["live-run-00000000", "unowned"]))
+  })
+
+  it("kills the process groups a dead owner's tasks left running before removing its run directory", async () => {
+    const dead = await deadOwnersRunDir("killed-owner-00000000")
+    const { leader, background } = await orphanGroup()
+    await writeFile(join(dead, "groups", String(leader)), groupRecord(leader))
+    await factory.create({}).removeLeftovers()
+    expect(await running(leader)).toBe(false)
+    expect(await running(background)).toBe(false)
+    expect(await readdir(workRoot)).not.toContain("killed-owner-00000000")
+  })
+
+  it("kills what is left of a recorded group whose leader has ended", async () => {
+    const dead = await deadOwnersRunDir("leaderless-owner-00000000")
+    const leader = spawn("sh", ["-c", "sleep 100 & echo $!"], { detached: true, stdio: ["ignore", "pipe", "ignore"] })
+    const exited = new Promise((resolve) => leader.once("exit", resolve))
+    const printed = new Promise<number>((resolve) =>
+      leader.stdout.once("data", (chunk) => resolve(Number(String(chunk).trim()))),
+    )
+    // Recorded as the driver does: at once, while the leader cannot have been reaped yet.
+    const record = groupRecord(leader.pid ?? 0)
+    await writeFile(join(dead, "groups", String(leader.pid)), record)
+    const background = await printed
+    await exited
+    expect(await readFile(`/proc/${background}/stat`, "utf8")).toMatch(/\) [^Z] /)
+    await factory.create({}).removeLeftovers()
+    expect(await running(background)).toBe(false)
+    expect(await readdir(workRoot)).not.toContain("leaderless-owner-00000000")
+  })
+
+  it("leaves alone a recorded group whose leader started at another time: its pid was recycled", async () => {
+    const dead = await deadOwnersRunDir("recycled-owner-00000000")
+    const { leader, background } = await orphanGroup()
+    onTestFinished(() => {
+      process.kill(-leader, "SIGKILL")
+    })
+    const [boot, started] = groupRecord(leader).split(" ")
+    await writeFile(join(dead, "groups", String(leader)), `${boot} ${Number(started) - 1}`)
+    await factory.create({}).removeLeftovers()
+    expect(await readFile(`/proc/${background}/stat`, "utf8")).toMatch(/\) [^Z] /)
+    expect(await readdir(workRoot)).not.toContain("recycled-owner-00000000")
   })
 
   it("keeps a cache in <workRoot>/caches/<key>, and removes leftovers even with a cache named like the owner file", async () => {

@@ -1,9 +1,10 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { randomBytes } from "node:crypto"
+import { writeFileSync } from "node:fs"
 import { mkdir, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises"
 import { constants } from "node:os"
 import { dirname, join, posix, resolve } from "node:path"
-import { SystemError } from "../../../lib/core/errors.ts"
+import { errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
   assertCacheKey,
@@ -18,6 +19,7 @@ import {
   type VolumeOptions,
 } from "../driver.ts"
 import { findExecutable, inMountNamespace, type MountNamespace, probeMountNamespace } from "./mount-namespace.ts"
+import { groupRecord, killRecordedGroup } from "./process-group.ts"
 
 export type NativeDefaults = {
   /** Where run directories go, e.g. `<tmpdir>/runnel`. */
@@ -30,6 +32,12 @@ export type NativeDefaults = {
 
 /** Inside a run directory: who made it, so removeLeftovers() can tell a crashed owner from a live one. */
 const ownerFile = "owner"
+
+/**
+ * Inside a run directory: one file per running task, named after its process group and holding
+ * groupRecord(), so removeLeftovers() can kill what a killed owner left running.
+ */
+const groupsDir = "groups"
 
 /**
  * Inside the work root: one directory per cache key, kept between runs. No run directory has this
@@ -92,6 +100,7 @@ class NativeDriver implements Driver {
     const workRoot = resolve(this.#defaults.workRoot)
     const runDir = join(workRoot, `${safeName(runId)}-${randomBytes(4).toString("hex")}`)
     await mkdir(join(runDir, "volumes"), { recursive: true })
+    await mkdir(join(runDir, groupsDir))
     await writeFile(join(runDir, ownerFile), processOwner)
     const unshare = this.#defaults.unshare ?? "unshare"
     const probe = () => {
@@ -110,7 +119,9 @@ class NativeDriver implements Driver {
           const runDir = join(this.#defaults.workRoot, entry.name)
           // No owner file: a directory being created right now, or not runnel's; leave it.
           const recorded = await readFile(join(runDir, ownerFile), "utf8").catch(ifMissing(undefined))
-          if (recorded !== undefined && ownerIsDead(recorded)) await rm(runDir, { recursive: true, force: true })
+          if (recorded === undefined || !ownerIsDead(recorded)) return
+          await killGroups(join(runDir, groupsDir))
+          await rm(runDir, { recursive: true, force: true })
         }),
     )
   }
@@ -233,6 +244,18 @@ class NativeRun implements RunDriver {
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
     })
+    // Written at once, synchronously: until the event loop turns, the process cannot have been reaped,
+    // and the time in which a killed runnel leaves its task unrecorded stays as short as it can be.
+    const groupFile = child.pid === undefined ? undefined : join(this.#runDir, groupsDir, String(child.pid))
+    if (child.pid !== undefined && groupFile !== undefined) {
+      try {
+        writeFileSync(groupFile, groupRecord(child.pid))
+      } catch (error) {
+        // Closed meanwhile (the run directory went), or the disk is full: a task no record names is not run.
+        killGroup(child)
+        throw new SystemError(`task "${task.path}" could not record its process group: ${errorMessage(error)}`)
+      }
+    }
     child.stdout.on("data", (chunk: Buffer) => output.stdout(chunk))
     child.stderr.on("data", (chunk: Buffer) => output.stderr(chunk))
 
@@ -268,6 +291,8 @@ class NativeRun implements RunDriver {
       clearTimeout(timer)
       signal.removeEventListener("abort", kill)
       this.#running.delete(child)
+      // The group was killed when its leader exited; a file left here only costs a look at /proc.
+      if (groupFile !== undefined) await rm(groupFile, { force: true }).catch(() => {})
     }
   }
 
@@ -358,6 +383,20 @@ function killGroup(child: ChildProcess): void {
   } catch {
     // ESRCH: the group has already gone. EPERM (every member changed user) cannot be helped from here,
     // and throwing from a timer or an event handler would take the whole process down.
+  }
+}
+
+/** Kills the process groups recorded in `dir` (a dead owner's), waiting until each is gone. */
+async function killGroups(dir: string): Promise<void> {
+  const groups = await readdir(dir).catch(ifMissing([]))
+  for (const name of groups) {
+    const record = await readFile(join(dir, name), "utf8").catch(ifMissing(undefined))
+    if (record === undefined) continue
+    if (!(await killRecordedGroup(Number(name), record))) {
+      throw new SystemError(
+        `process group ${name}, a native task left running by a killed runnel, did not end within 10 s of SIGKILL; its run directory ${dirname(dir)} stays until it does`,
+      )
+    }
   }
 }
 
