@@ -46,6 +46,12 @@ export class GateKeeper {
   #informer: Informer<GateObject> | undefined
   /** Waiting runs' wake-ups, by gate id. */
   readonly #waiters = new Map<string, Set<() => void>>()
+  /**
+   * How many changes of each gate this process has been told of: a wait that
+   * began reading before a change resolves at once, where a wake-up that came
+   * while it read (no waiter registered yet) would otherwise be lost.
+   */
+  readonly #changes = new Map<string, number>()
 
   constructor(options: GateKeeperOptions) {
     this.#options = options
@@ -70,7 +76,9 @@ export class GateKeeper {
   }
 
   deleted(gate: GateObject): void {
-    this.#wake(gate.metadata?.name ?? "")
+    const id = gate.metadata?.name ?? ""
+    this.#wake(id)
+    this.#changes.delete(id)
   }
 
   /** The gates of one run; `waiting` is told when the run starts and stops waiting on any gate. */
@@ -90,11 +98,12 @@ export class GateKeeper {
           }
         }
         const id = gateId(run.metadata?.name ?? "", ++count)
+        const seen = this.#changes.get(id) ?? 0
         const gate = await this.#open(run, id, request, notice)
         pending++
         waiting(gate)
         try {
-          return await this.#await(gate, signal)
+          return await this.#await(gate, seen, signal)
         } finally {
           if (--pending === 0) waiting(undefined)
         }
@@ -148,8 +157,11 @@ export class GateKeeper {
     return pending ?? created
   }
 
-  /** Waits until `gate` is final: approved resolves, rejected or expired throws GateClosed. */
-  async #await(first: GateObject, signal: AbortSignal): Promise<GateApproval> {
+  /**
+   * Waits until `gate` is final: approved resolves, rejected or expired throws GateClosed.
+   * `seen` is the gate's change count from before `first` was read.
+   */
+  async #await(first: GateObject, seen: number, signal: AbortSignal): Promise<GateApproval> {
     const id = first.metadata?.name ?? ""
     let gate: GateObject | undefined = first
     for (;;) {
@@ -163,16 +175,18 @@ export class GateKeeper {
       if (leftMs <= 0) {
         await this.#resolve(gate, { phase: "expired", resolvedAt: new Date().toISOString(), resolvedBy: "" })
       } else {
-        await this.#changeOf(id, Math.min(leftMs, rereadMs), signal)
+        await this.#changeOf(id, seen, Math.min(leftMs, rereadMs), signal)
       }
+      seen = this.#changes.get(id) ?? 0
       gate = this.#informer?.get(id)
       // The cache may lag behind a write this process made: read the API itself when it shows no outcome.
       if (gate === undefined || !isFinalGate(gate)) gate = await this.#options.client.getGate(id)
     }
   }
 
-  /** Resolves after `ms`, on a change of gate `id`, or when `signal` aborts. */
-  #changeOf(id: string, ms: number, signal: AbortSignal): Promise<void> {
+  /** Resolves after `ms`, on a change of gate `id` (at once if it changed since its count was `seen`), or when `signal` aborts. */
+  #changeOf(id: string, seen: number, ms: number, signal: AbortSignal): Promise<void> {
+    if ((this.#changes.get(id) ?? 0) !== seen) return Promise.resolve()
     return new Promise((resolve) => {
       const waiters = this.#waiters.get(id) ?? new Set()
       this.#waiters.set(id, waiters)
@@ -190,6 +204,7 @@ export class GateKeeper {
   }
 
   #wake(id: string): void {
+    this.#changes.set(id, (this.#changes.get(id) ?? 0) + 1)
     for (const wake of [...(this.#waiters.get(id) ?? [])]) wake()
   }
 
