@@ -31,6 +31,7 @@ import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import type { DriverPool } from "./driver-pool.ts"
 import type { Driver } from "./drivers/driver.ts"
 import type { NetworkSettings, TriggerType } from "./engine/engine.ts"
+import type { RunGates } from "./engine/gates.ts"
 import { journalFromStore } from "./engine/journal.ts"
 import { engineFor, type PipelineEngine } from "./engine/pipeline-engine.ts"
 import { closedTask } from "./engine/run-context.ts"
@@ -453,7 +454,15 @@ export class RunReconciler {
       })
     }
     const pipelineUid = pipeline.metadata?.uid ?? ""
-    const gates = this.#options.gates?.forRun(run, (gate) => this.#waitingOn(name, writer, run, gate))
+    const keeper = this.#options.gates?.forRun(run, (gate) => this.#waitingOn(name, writer, run, gate))
+    // A gate may hold the run for hours and be seen by anyone: what the run did before it is committed first,
+    // so a resume after a kill finds those tasks finished instead of running them again.
+    const gates: RunGates | undefined = keeper && {
+      wait: (request, notice, signal) => {
+        store.commit(name)
+        return keeper.wait(request, notice, signal)
+      },
+    }
     return execution.engine.run(
       {
         runId: name,

@@ -68,6 +68,12 @@ export interface LogStore {
    * writes meanwhile, and those made once there is room again are kept.
    */
   lostOutput(runId: string): SystemError | undefined
+  /**
+   * Blocks until every write to run `runId` handed over so far is committed:
+   * before the run reaches a point it may wait at for hours (a gate), so a
+   * resume after a kill finds its finished tasks and does not run them again.
+   */
+  commit(runId: string): void
   /** Waits until everything appended so far is committed and indexed. */
   flush(): Promise<void>
   /** Flushes and closes; idempotent. */

@@ -246,6 +246,11 @@ class SqliteLogStore implements LogStore {
     return this.#reader.outputPage({ runId, path, stream, offset, limit })
   }
 
+  commit(runId: string): void {
+    this.#assertOpen()
+    this.#sync(runId)
+  }
+
   lostOutput(runId: string): SystemError | undefined {
     this.#sync(runId)
     for (const { runIds, reason } of this.#writer.lost()) {

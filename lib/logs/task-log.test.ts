@@ -26,6 +26,7 @@ function recordingStore() {
     lostOutput: () => undefined,
     bytesAfter: () => 0,
     lastChunkId: () => 0,
+    commit() {},
     flush: async () => {},
     close: async () => {},
   }
