@@ -105,13 +105,17 @@ describe("runnel server starting", () => {
     const livez: Seen[] = []
     const readyz: Seen[] = []
     const deadline = Date.now() + 30_000
+    let saidReady = false
     for (;;) {
       if (server.child.exitCode !== null) throw new Error(`runnel server exited: ${server.stderr()}`)
       if (Date.now() > deadline) throw new Error(`no 201 within 30 s; stderr: ${server.stderr()}`)
+      // The API first: the starting window may be shorter than the four requests of one round.
+      const put = await attempt(base, "PUT", "/api/pipelines/x", { content: script("true") })
+      // Ready by /health in the round before: this request reached the API and stored the pipeline.
+      if (saidReady) expect(put?.status).toBe(201)
       const alive = await attempt(base, "GET", "/livez")
       const ready = await attempt(base, "GET", "/readyz")
       const said = await attempt(base, "GET", "/health")
-      const put = await attempt(base, "PUT", "/api/pipelines/x", { content: script("true") })
       for (const [seen, list] of [
         [alive, livez],
         [ready, readyz],
@@ -120,15 +124,11 @@ describe("runnel server starting", () => {
       ] as const) {
         if (seen !== undefined) list.push(seen)
       }
-      if (said?.status === 200) {
-        // Ready by /health: the very next request reaches the API and stores the pipeline.
-        expect(put?.status).toBe(201)
-      }
       if (put?.status === 201) break
+      saidReady = said?.status === 200
     }
     // Everything before the 201 was a 503 saying the server is starting, with Retry-After.
     const starting = puts.slice(0, -1)
-    expect(starting.length, "the API was polled while the server started").toBeGreaterThan(0)
     for (const answer of starting) {
       expect(answer).toEqual({
         status: 503,
@@ -147,12 +147,8 @@ describe("runnel server starting", () => {
       ).toBe(true)
       expect(probe.slice(firstOk === -1 ? probe.length : firstOk).every((answer) => answer.status === 200)).toBe(true)
     }
-    // The window between listening and ready can fall between two probes of one round: then only
-    // one of them saw it. Either saying "starting" shows the probes were asked while the server started.
-    expect(
-      [...readyz, ...health].filter((answer) => answer.status === 503).length,
-      "/readyz or /health said starting at least once",
-    ).toBeGreaterThan(0)
+    // The window between listening and ready lasts a few milliseconds and may fall between two rounds, so
+    // nothing here insists on meeting it; cli/http-server.test.ts checks every path's answer in that phase.
     // The listening line comes once the server is ready: by now (201 seen) it is printed.
     await server.listening
     expect(lineSeen).toBe(true)
