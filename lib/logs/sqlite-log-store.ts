@@ -386,6 +386,7 @@ function writeStatements(db: DatabaseSync) {
     `INSERT INTO chunks_fts (chunks_fts, rowid, text) SELECT 'delete', id, text FROM chunks INDEXED BY chunks_by_run
      WHERE run_id = ? AND id <= (SELECT indexed_through FROM fts_progress)`,
   )
+  const lastChunkThrough = db.prepare("SELECT coalesce(max(id), 0) AS id FROM chunks WHERE id <= ?")
   const forgetRun = ["chunks", "tasks", "attachments"].map((table) =>
     db.prepare(`DELETE FROM ${table} WHERE run_id = ?`),
   )
@@ -405,6 +406,8 @@ function writeStatements(db: DatabaseSync) {
       }
       return lastId
     },
+    /** The last chunk at or before `id` still stored: what a batch waits to be indexed once forget() took its tail. */
+    lastChunkThrough: (id: number) => Number(lastChunkThrough.get(id)?.id ?? 0),
     progress: () => Number(selectProgress.get()?.indexed_through ?? 0),
     hasUnindexed: () => selectAnyUnindexed.get()?.found === 1,
     setProgress: (id: number) => updateProgress.run(id),
@@ -964,6 +967,8 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       pending.push({ seq: message.seq, runIds })
       let lastId: number
       try {
+        // Forgetting unindexes what the table says is indexed: it must say what this transaction indexed too.
+        if (message.forgotten.length > 0) statements.setProgress(progress)
         lastId = statements.apply(message)
       } catch (error) {
         if (!isFull(error)) throw error
@@ -971,6 +976,8 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
         continue
       }
       unindexed.push({ seq: message.seq, lastId, atMs: lastBatchAt })
+      // A forgotten run's chunks that were waiting to be indexed are gone: no batch waits for them any more.
+      if (message.forgotten.length > 0) for (const batch of unindexed) batch.lastId = statements.lastChunkThrough(batch.lastId)
       for (const chunk of message.chunks) uncheckpointedChars += chunk.text.length
       appliedSeq = message.seq
       Atomics.store(shared, slots.applied, appliedSeq)
