@@ -1,5 +1,5 @@
-import type { Log } from "../lib/core/log.ts"
 import { errorMessage } from "../lib/core/errors.ts"
+import type { Log } from "../lib/core/log.ts"
 import {
   type GateObject,
   isFinal,
@@ -60,7 +60,12 @@ export class RunRetention {
     this.#scheduled = undefined
     const pipelines = new Set(this.#due)
     this.#due.clear()
-    const waited = new Set(this.#options.gates().filter((gate) => !isFinalGate(gate)).map((gate) => gate.spec.runRef.name))
+    const waited = new Set(
+      this.#options
+        .gates()
+        .filter((gate) => !isFinalGate(gate))
+        .map((gate) => gate.spec.runRef.name),
+    )
     const now = (this.#options.now ?? Date.now)()
     for (const run of runsToPrune(this.#options.runs(), pipelines, this.#options.keep)) {
       const name = run.metadata?.name ?? ""

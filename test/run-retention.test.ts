@@ -22,7 +22,9 @@ function storedRows(cwd: string, runId: string): number {
   const db = new DatabaseSync(join(cwd, "runnel-logs.db"), { readOnly: true })
   try {
     const row = db
-      .prepare("SELECT (SELECT count(*) FROM tasks WHERE run_id = ?) + (SELECT count(*) FROM chunks WHERE run_id = ?) AS n")
+      .prepare(
+        "SELECT (SELECT count(*) FROM tasks WHERE run_id = ?) + (SELECT count(*) FROM chunks WHERE run_id = ?) AS n",
+      )
       .get(runId, runId)
     return Number(row?.n)
   } finally {

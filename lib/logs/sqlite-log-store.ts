@@ -977,7 +977,8 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       }
       unindexed.push({ seq: message.seq, lastId, atMs: lastBatchAt })
       // A forgotten run's chunks that were waiting to be indexed are gone: no batch waits for them any more.
-      if (message.forgotten.length > 0) for (const batch of unindexed) batch.lastId = statements.lastChunkThrough(batch.lastId)
+      if (message.forgotten.length > 0)
+        for (const batch of unindexed) batch.lastId = statements.lastChunkThrough(batch.lastId)
       for (const chunk of message.chunks) uncheckpointedChars += chunk.text.length
       appliedSeq = message.seq
       Atomics.store(shared, slots.applied, appliedSeq)
