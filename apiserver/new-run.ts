@@ -9,6 +9,7 @@ import {
   type RunTrigger,
   type RunTriggerType,
   type RunWebhook,
+  runContentAnnotations,
   runnelApiVersion,
 } from "../lib/kube/resources.ts"
 import type { LogStore } from "../lib/logs/log-store.ts"
@@ -83,6 +84,7 @@ export function admitRun(
         metadata: {
           name: id,
           labels: { [pipelineLabel]: name },
+          annotations: runContentAnnotations(pipeline.metadata?.generation ?? 1, pipeline.spec.content),
           ownerReferences: [pipelineOwnerReference(pipeline)],
         },
         spec: { pipelineRef: { name }, trigger },

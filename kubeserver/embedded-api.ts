@@ -540,7 +540,7 @@ function streamWatch(
       event(event) {
         if (!open) return
         if (!res.headersSent) startStream(res)
-        res.write(`${JSON.stringify(present(event))}\n`)
+        res.write(table === undefined ? watchLine(event) : `${JSON.stringify(present(event))}\n`)
       },
       end() {
         if (!res.headersSent) startStream(res)
@@ -553,6 +553,20 @@ function streamWatch(
   context.watches.add(stop)
   // The response's close (not the request's, which fires once its body is read) means the client left.
   res.on("close", stop)
+}
+
+/** Each stored object as JSON, once: every watcher of its kind (the API server's index, the operator) gets the same text. */
+const objectJson = new WeakMap<object, string>()
+
+/** A watch event's line, as `JSON.stringify(event)` writes it. */
+function watchLine(event: WatchEvent): string {
+  if (event.type === "ERROR" || event.type === "BOOKMARK") return `${JSON.stringify(event)}\n`
+  let json = objectJson.get(event.object)
+  if (json === undefined) {
+    json = JSON.stringify(event.object)
+    objectJson.set(event.object, json)
+  }
+  return `{"type":${JSON.stringify(event.type)},"object":${json}}\n`
 }
 
 function startStream(res: ServerResponse) {

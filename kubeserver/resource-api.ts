@@ -294,7 +294,10 @@ export class ResourceApi {
       if (error.status === 400) throw badRequest(error.message)
       throw new KubeStatusError(422, "Invalid", error.message)
     }
-    const object = this.#decode(type, patched)
+    // A JSON patch works on its own copy; a status write keeps only the patched status, whose merge made
+    // new objects where it changed and shares the rest with `old`, this request's own parse of the stored
+    // object. Otherwise a merge patch shares parts with `old` that the write's strategy changes in place.
+    const object = this.#decode(type, patched, patchType === "json" || options.subresource === "status")
     // A patch is unconditional unless it names a resourceVersion itself.
     if (object.metadata.resourceVersion === undefined) object.metadata.resourceVersion = old.metadata.resourceVersion
     return this.#commit(type, old, object, options)
@@ -308,7 +311,7 @@ export class ResourceApi {
     options: DeleteOptions = {},
     author?: string,
   ) {
-    const old = this.#recordAuthor(structuredClone(this.get(type, namespace, name)), author)
+    const old = this.#recordAuthor(this.get(type, namespace, name), author)
     const policy = propagationPolicy(options)
     const { uid, resourceVersion } = options.preconditions ?? {}
     if (uid !== undefined && uid !== old.metadata.uid) {
@@ -519,9 +522,10 @@ export class ResourceApi {
   }
 
   /** The request body as an object of this type: a JSON object with matching apiVersion and kind and an object `metadata`. */
-  #decode(type: ResourceType, body: unknown): KubeObject {
+  /** `owned`: the body is this write's to change, so it is not copied first. */
+  #decode(type: ResourceType, body: unknown, owned = false): KubeObject {
     if (!isObject(body)) throw badRequest(`the body of the request must be a ${type.kind} object`)
-    const object = structuredClone(body)
+    const object = owned ? body : structuredClone(body)
     if (object.apiVersion !== undefined && object.apiVersion !== type.apiVersion) {
       throw badRequest(
         `the API version in the data (${String(object.apiVersion)}) does not match the expected API version (${type.apiVersion})`,
@@ -635,8 +639,9 @@ export class ResourceApi {
     const warnings = this.#pruneUnknown(type, incoming, options)
     let next: KubeObject
     if (options.subresource === "status") {
-      // A status write changes the status and nothing else.
-      next = structuredClone(old)
+      // A status write changes the status and nothing else. `old` is this request's own copy (the store
+      // parses each read), so the rest is shared, not cloned: canonical() below copies what is stored.
+      next = { ...old }
       if (incoming.status === undefined) delete next.status
       else next.status = incoming.status
     } else {
@@ -660,14 +665,15 @@ export class ResourceApi {
       if (type.statusSubresource) {
         // A write to the main resource leaves the status as it was.
         if (old.status === undefined) delete next.status
-        else next.status = structuredClone(old.status)
+        else next.status = old.status
       }
       if (type === secretType) normaliseSecret(next)
     }
     applyDefaults(next, type.schema)
     this.#validate(type, next, old)
     if (type.custom && specChanged(type, old, next)) next.metadata.generation = (old.metadata.generation ?? 0) + 1
-    const final = canonical(next)
+    // A status write copies only the status: the rest is the stored object's, in canonical order already.
+    const final = options.subresource === "status" ? canonicalTop(next, "status") : canonical(next)
     if (deepEqual(final, old)) return { object: old, warnings }
     if (options.dryRun === true) return { object: final, warnings }
     const resource = storageResource(type)
@@ -707,6 +713,16 @@ function specChanged(type: ResourceType, old: KubeObject, next: KubeObject): boo
     return rest
   }
   return !deepEqual(strip(old), strip(next))
+}
+
+/** `object` with its top-level keys sorted and only `field` copied canonically; the rest is shared. */
+function canonicalTop(object: KubeObject, field: string): KubeObject {
+  const out: Record<string, unknown> = {}
+  for (const key of Object.keys(object).sort()) {
+    const value = (object as Record<string, unknown>)[key]
+    if (value !== undefined) out[key] = key === field ? canonical(value) : value
+  }
+  return out as KubeObject
 }
 
 function withFinalizers(object: KubeObject, finalizers: string[]): KubeObject {

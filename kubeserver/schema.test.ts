@@ -79,6 +79,12 @@ describe("structural schemas", () => {
     ])
   })
 
+  it("do not check again the stored object a write leaves in place, and check an equal copy", () => {
+    const stored = { name: "TOO-LONG" }
+    expect(messages({ spec: stored }, { spec: stored })).toEqual([])
+    expect(messages({ spec: { ...stored } }, { spec: stored })).toHaveLength(2)
+  })
+
   it("sort keys at every level, as Kubernetes stores custom resources", () => {
     expect(JSON.stringify(canonical({ b: 1, a: { d: [{ z: 1, y: 2 }], c: 3 } }))).toBe(
       '{"a":{"c":3,"d":[{"y":2,"z":1}]},"b":1}',

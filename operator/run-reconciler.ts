@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto"
 import type { V1OwnerReference } from "@kubernetes/client-node"
 import { formatDuration } from "../lib/core/duration.ts"
 import { errorMessage } from "../lib/core/errors.ts"
@@ -20,6 +19,7 @@ import {
   type RunObject,
   type RunStatusFields,
   runAnnotations,
+  runContentAnnotations,
   type StatusTask,
   withCondition,
 } from "../lib/kube/resources.ts"
@@ -410,18 +410,20 @@ export class RunReconciler {
     if (mode === "admit") {
       startedAt = new Date().toISOString()
       const owners = ownerReferences(run, pipeline)
-      const annotated = await client.patchRunMetadata(name, {
-        ...(owners === undefined ? {} : { ownerReferences: owners }),
-        annotations: {
-          [runAnnotations.generation]: String(plan.generation),
-          [runAnnotations.contentSha256]: sha256(plan.spec.content),
-        },
-      })
-      if (annotated === undefined) return undefined
+      const annotations = runContentAnnotations(plan.generation, plan.spec.content)
+      // A Run the API server created carries these already (the usual case): no patch, one write less per run.
+      if (owners !== undefined || !sameAnnotations(run, annotations)) {
+        const annotated = await client.patchRunMetadata(name, {
+          ...(owners === undefined ? {} : { ownerReferences: owners }),
+          annotations,
+        })
+        if (annotated === undefined) return undefined
+      }
       // Later condition writes (a gate's) start from these, so a merge patch of the list keeps this one.
       if (plan.condition !== undefined)
         this.#conditions.set(name, withCondition(run.status?.conditions, plan.condition))
-      await writer.now({
+      // Deleted meanwhile: nothing to run.
+      const written = await writer.now({
         phase: "running",
         code: null,
         message: "",
@@ -430,6 +432,7 @@ export class RunReconciler {
         tasks: [],
         ...(plan.condition === undefined ? {} : { conditions: this.#conditions.get(name) ?? [] }),
       })
+      if (!written) return undefined
     }
     log(mode === "admit" ? "run.started" : "run.resumed", { run: name, pipeline: pipelineName, driver: driverName })
     return { mode, pipeline, spec: plan.spec, contentType, engine, webhook, driver, driverName, startedAt }
@@ -620,7 +623,7 @@ export class RunReconciler {
     if (startedWith === undefined) {
       return "the run was interrupted, and it does not record which pipeline content it ran, so it cannot be resumed; start a new run"
     }
-    if (startedWith !== sha256(pipeline.spec.content)) {
+    if (startedWith !== runContentAnnotations(generation, pipeline.spec.content)[runAnnotations.contentSha256]) {
       return `the run was interrupted, and pipeline "${pipelineName}" changed since it started (generation ${annotations[runAnnotations.generation] ?? "?"}, now ${generation}), so it cannot be resumed; start a new run`
     }
     return { spec: pipeline.spec, generation }
@@ -711,4 +714,6 @@ function triggerOf(run: RunObject): TriggerType {
   return type === "webhook" || type === "schedule" ? type : "manual"
 }
 
-const sha256 = (text: string) => createHash("sha256").update(text).digest("hex")
+/** Whether the Run's annotations hold every one of `wanted`. */
+const sameAnnotations = (run: RunObject, wanted: Record<string, string>) =>
+  Object.entries(wanted).every(([key, value]) => run.metadata?.annotations?.[key] === value)

@@ -195,6 +195,20 @@ describe("incoming webhooks", () => {
     expect(runs.body.total_items).toBe(0)
   })
 
+  it("runs a pipeline stored through the Kubernetes API a moment before, before its watch event arrives", async () => {
+    const stored = await call(server.url, "POST", "/k8s/apis/runnel.dev/v1alpha1/namespaces/default/pipelines", {
+      apiVersion: "runnel.dev/v1alpha1",
+      kind: "Pipeline",
+      metadata: { name: "fresh" },
+      spec: { content: quiet },
+    })
+    expect(stored.status).toBe(201)
+    const answer = await hook(server, "fresh", { body: "{}" })
+    expect(answer.status).toBe(202)
+    const run = await call(server.url, "GET", `/api/runs/${JSON.parse(answer.body).run_id}`)
+    expect(run.body.pipeline_name).toBe("fresh")
+  })
+
   it("refuses replayed Slack and Stripe deliveries", async () => {
     const body = "{}"
     const old = Math.floor(Date.now() / 1000) - 600

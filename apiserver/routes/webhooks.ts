@@ -76,7 +76,9 @@ export function webhookRoutes(deps: WebhookRoutesDeps): Router {
     }
     const body = await rawBody(ctx.req, ctx.get("Content-Length"), deps.maxBodyBytes)
     const key = ctx.params.pipeline_id ?? ""
-    const pipeline = await findPipeline(deps.resources, deps.index.pipelines, key)
+    // The watched index first, as the operator reads its informer: a GET per delivery was one of the
+    // embedded API's requests per webhook run. A Pipeline the watch has not brought yet is read.
+    const pipeline = deps.index.pipelines.get(key) ?? (await findPipeline(deps.resources, deps.index.pipelines, key))
     if (pipeline === undefined) throw notFound("pipeline", key)
     refuseIfPaused(pipeline)
     const request = { method: ctx.method, headers: ctx.req.headers, rawBody: body, query: ctx.query, url: ctx.url }

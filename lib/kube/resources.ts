@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto"
 import type { KubernetesObject, V1OwnerReference } from "@kubernetes/client-node"
 import { isFinalRunStatus, type RunStatus, type TaskStatus } from "../core/status.ts"
 import type { WebhookResponse } from "../core/webhook-request.ts"
@@ -37,6 +38,16 @@ export const runAnnotations = {
   generation: "runnel.dev/pipeline-generation",
   contentSha256: "runnel.dev/content-sha256",
 } as const
+
+/**
+ * The runAnnotations of a run of `content` at `generation`. The API server
+ * sets them when it creates a Run from the Pipeline it has in hand, so that
+ * the operator, admitting it on the same content, has nothing to patch.
+ */
+export const runContentAnnotations = (generation: number, content: string): Record<string, string> => ({
+  [runAnnotations.generation]: String(generation),
+  [runAnnotations.contentSha256]: createHash("sha256").update(content).digest("hex"),
+})
 
 /** The key of the webhook secret in its Secret's data when the reference names none (crds/). */
 export const defaultWebhookSecretKey = "webhookSecret"
