@@ -7,6 +7,11 @@ import { execFileSync } from "node:child_process"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { hostname, tmpdir } from "node:os"
 import { join } from "node:path"
+import { KubeConfig } from "@kubernetes/client-node"
+import { quietLog } from "../lib/core/log.ts"
+import { startInformer } from "../lib/kube/informer.ts"
+import { ResourceClient } from "../lib/kube/resource-client.ts"
+import { isFinal, type RunObject } from "../lib/kube/resources.ts"
 import { median } from "./median.ts"
 import { startRunnelServer } from "./runnel-server.ts"
 import { body, headers, secret } from "./webhooks.ts"
@@ -22,10 +27,13 @@ export type SoakSettings = {
   readonly rows: number
   /** The share of the time before memory is expected to have settled (see flatness()). */
   readonly warmUpShare: number
+  /** `--keep-runs`: finished runs the server keeps per pipeline; without it, runnel's default (1000). */
+  readonly keepRuns?: number
 }
 
 export type SoakRow = {
   readonly second: number
+  /** Runs seen finishing so far, kept or since deleted by retention. */
   readonly finished: number
   readonly backlog: number
   /** The highest RSS seen since the previous row. */
@@ -49,7 +57,6 @@ export type SoakResult = { readonly rows: readonly SoakRow[]; readonly problems:
 /** Runs queued or running above which the load pauses: a flood of queued runs would measure the queue, not runnel. */
 const maxBacklog = 200
 const senders = 16
-const final = ["success", "failure", "error", "aborted"]
 
 const pipelines = {
   rest: 'export const pipeline = async () => {\n  console.log("soak", pipelineContext.runID)\n}\n',
@@ -67,8 +74,18 @@ const pipelines = {
 
 export async function soak(settings: SoakSettings, print: (line: string) => void): Promise<SoakResult> {
   const dir = mkdtempSync(join(tmpdir(), "runnel-soak-"))
-  const server = await startRunnelServer(dir, ["--max-queue-size", "100000"], { inspect: true })
+  const server = await startRunnelServer(
+    dir,
+    [
+      "--max-queue-size",
+      "100000",
+      ...(settings.keepRuns === undefined ? [] : ["--keep-runs", String(settings.keepRuns)]),
+    ],
+    { inspect: true },
+  )
   const heap = await fullCollections(server.inspector ?? "")
+  // Retention deletes finished runs as the soak goes: how each ended is seen as it happens, on a watch.
+  const ended = await endedRuns(server.url)
   const problems: string[] = []
   try {
     const api = async (method: string, path: string, payload?: unknown): Promise<Answer> => {
@@ -140,7 +157,7 @@ export async function soak(settings: SoakSettings, print: (line: string) => void
 
     const rows: SoakRow[] = []
     const sample = async () => {
-      const finished = (await Promise.all(final.map(count))).reduce((sum, n) => sum + n, 0)
+      const finished = ended.phases.size
       look()
       await heap.collect()
       const perRun = (bytes: number) => (finished === 0 ? 0 : Math.round(bytes / finished))
@@ -192,7 +209,7 @@ export async function soak(settings: SoakSettings, print: (line: string) => void
 
     for (const [what, times] of refused)
       problems.push(`${times} ${what.split(" ")[0]} triggers answered ${what.split(" ")[1]}`)
-    problems.push(...(await unfinished(api, accepted)))
+    problems.push(...unfinished(ended.phases, accepted))
     problems.push(...flatness(rows, settings.warmUpShare))
     problems.push(...leftovers(server.url, server.pid))
     problems.push(...(await podsLeft(server.url)))
@@ -202,31 +219,42 @@ export async function soak(settings: SoakSettings, print: (line: string) => void
     return { rows, problems }
   } finally {
     heap.close()
+    await ended.stop()
     await server.stop()
     rmSync(dir, { recursive: true, force: true })
   }
 }
 
-/** The accepted runs that are missing or did not end in success, read page by page from GET /api/runs. */
-async function unfinished(
-  api: (
-    method: string,
-    path: string,
-  ) => Promise<{ body: { items: { id: string; status: string }[]; has_next: boolean } }>,
-  accepted: readonly string[],
-): Promise<string[]> {
-  const status = new Map<string, string>()
-  for (let page = 1; ; page++) {
-    const { body } = await api("GET", `/api/runs?per_page=100&page=${page}`)
-    for (const run of body.items) status.set(run.id, run.status)
-    if (!body.has_next) break
-  }
+/** The phase each Run ended in, by name, as a watch of the server's embedded API sees them end. */
+async function endedRuns(url: string) {
+  const kubeConfig = new KubeConfig()
+  kubeConfig.loadFromClusterAndUser({ name: "embedded", server: `${url}/k8s`, skipTLSVerify: true }, { name: "anyone" })
+  const client = new ResourceClient(kubeConfig, "default")
+  const phases = new Map<string, string>()
+  const informer = await startInformer<RunObject>({
+    kubeConfig,
+    path: client.path("runs"),
+    namespace: "default",
+    list: () => client.list("runs"),
+    handlers: {
+      changed: (run) => {
+        if (isFinal(run)) phases.set(run.metadata?.name ?? "", run.status?.phase ?? "")
+      },
+      deleted: () => {},
+    },
+    log: quietLog,
+  })
+  return { phases: phases as ReadonlyMap<string, string>, stop: () => informer.stop() }
+}
+
+/** The accepted runs never seen ending, or that did not end in success. */
+function unfinished(status: ReadonlyMap<string, string>, accepted: readonly string[]): string[] {
   const missing = accepted.filter((id) => !status.has(id))
   const failed = accepted.filter((id) => status.has(id) && status.get(id) !== "success")
   return [
     ...(missing.length === 0
       ? []
-      : [`${missing.length} accepted runs do not exist, e.g. ${missing.slice(0, 3).join(", ")}`]),
+      : [`${missing.length} accepted runs were never seen ending, e.g. ${missing.slice(0, 3).join(", ")}`]),
     ...(failed.length === 0
       ? []
       : [
@@ -387,9 +415,11 @@ if (import.meta.main) {
     dockerEvery: 50,
     rows: 20,
     warmUpShare: 0.25,
+    // SOAK_KEEP_RUNS=0 keeps every run, as before retention; unset, the server's default.
+    ...(process.env.SOAK_KEEP_RUNS === undefined ? {} : { keepRuns: Number(process.env.SOAK_KEEP_RUNS) }),
   }
   console.log(
-    `soak: ${settings.runs} runs over about ${settings.seconds} s, REST triggers and signed webhooks at once, every ${settings.dockerEvery}th with a busybox container`,
+    `soak: ${settings.runs} runs over about ${settings.seconds} s, REST triggers and signed webhooks at once, every ${settings.dockerEvery}th with a busybox container, --keep-runs ${settings.keepRuns ?? "default (1000)"}`,
   )
   const { problems } = await soak(settings, (line) => console.log(line))
   for (const problem of problems) console.log(`FAIL ${problem}`)

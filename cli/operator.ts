@@ -79,6 +79,7 @@ export function startConfiguredOperator(
     defaultDriver: settings.driver,
     allowedDrivers: settings.allowedDrivers,
     maxInFlight: settings.maxInFlight,
+    keepRuns: settings.keepRuns,
     limits: settings.limits,
     mockImage: settings.mockImage,
     network: settings.network,

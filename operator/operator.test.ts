@@ -404,7 +404,7 @@ describe("the run reconciler", () => {
     expect((await finished("blocker-1")).status?.phase).toBe("success")
   })
 
-  it("deletes a pipeline's Runs with it, aborting the one that runs", async () => {
+  it("deletes a pipeline's Runs with it, aborting the one that runs, and their output once it has stopped", async () => {
     await start({ maxInFlight: 1 })
     const marker = join(dir, "cascade-task-finished")
     await createPipeline("doomed", script(task("sleep", `sleep 5 && touch ${marker}`)))
@@ -427,12 +427,14 @@ describe("the run reconciler", () => {
       (both) => both,
       "both runs are deleted",
     )
+    // Forgotten once its execution has stopped: had the task not been aborted, it would have touched the marker first.
     await eventually(
-      async () => store.tasks("doomed-1")[0]?.status,
-      (status) => status === "aborted",
-      "the running task is aborted",
+      async () => store.tasks("doomed-1"),
+      (tasks) => tasks.length === 0,
+      "the deleted run's tasks are forgotten",
     )
     expect(existsSync(marker)).toBe(false)
+    expect(store.output("doomed-1", "tasks/1/sleep", "stdout")).toBe("")
   })
 
   it("runs the current content and says so when the pipeline moved on from the generation a Run names", async () => {

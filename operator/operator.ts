@@ -12,6 +12,7 @@ import type { SandboxLimits } from "./engine/sandbox/sandbox.ts"
 import { GateKeeper } from "./gate-keeper.ts"
 import { PipelineGenerations, PipelineReconciler } from "./pipeline-reconciler.ts"
 import { RunReconciler } from "./run-reconciler.ts"
+import { RunRetention } from "./run-retention.ts"
 import { ScheduleReconciler } from "./schedule-reconciler.ts"
 
 export type OperatorOptions = {
@@ -37,6 +38,8 @@ export type OperatorOptions = {
   /** `--allowed-drivers`: "*" or the names allowed. */
   readonly allowedDrivers: readonly string[] | "*"
   readonly maxInFlight: number
+  /** `--keep-runs`: finished Runs kept per Pipeline; older ones are deleted. 0 or absent keeps all. */
+  readonly keepRuns?: number
   readonly limits: SandboxLimits
   /** YAML pipelines' small image (`--mock-image`); busybox unless said otherwise. */
   readonly mockImage?: string
@@ -153,13 +156,30 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
           deleted: (gate) => gateKeeper.deleted(gate),
         })
   if (gateInformer !== undefined) gateKeeper?.attach(gateInformer)
-  const runInformer = await watch<RunObject>("runs", {
-    changed: (run) => runs.changed(run),
-    deleted: (run) => runs.deleted(run),
+  let runInformer: Informer<RunObject> | undefined
+  const retention = new RunRetention({
+    keep: options.keepRuns ?? 0,
+    runs: () => runInformer?.list() ?? [],
+    gates: () => gateInformer?.list() ?? [],
+    schedule: (name) => scheduleInformer.get(name),
+    deleteRun: (name) => client.deleteRun(name),
+    log,
+  })
+  runInformer = await watch<RunObject>("runs", {
+    changed: (run) => {
+      runs.changed(run)
+      retention.changed(run)
+    },
+    deleted: (run) => {
+      runs.deleted(run)
+      retention.deleted(run)
+    },
   })
   // Leftovers of crashed processes on the default driver go now, even if no run uses that driver again.
   drivers.get(options.defaultDriver, {}).catch(() => {})
   runs.attach(runInformer)
+  // Runs that finished before this start count too: the history is trimmed now, not at the next finish.
+  for (const run of runInformer.list()) retention.changed(run)
   options.metrics?.readFrom({
     runsByPhase: () => runs.runsByPhase(),
     queued: () => runs.queued,
@@ -178,8 +198,9 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
       stopped = (async () => {
         await scheduleReconciler.stop()
         await scheduleInformer.stop()
+        retention.stop()
         await runs.drain(graceMs)
-        await runInformer.stop()
+        await runInformer?.stop()
         await gateInformer?.stop()
         await pipelineInformer?.stop()
         await pipelineReconciler.idle()

@@ -170,9 +170,20 @@ export class RunReconciler {
     this.schedule()
   }
 
+  /** Its output goes with it, however it was deleted (the API, kubectl, retention); a running one's once it has stopped writing. */
   deleted(run: RunObject): void {
     const name = run.metadata?.name ?? ""
-    this.#active.get(name)?.controller.abort(new RunAborted("the Run was deleted"))
+    const active = this.#active.get(name)
+    active?.controller.abort(new RunAborted("the Run was deleted"))
+    const forget = () => {
+      try {
+        this.#options.store.forget(name)
+      } catch (error) {
+        this.#options.log("run.forget-failed", { run: name, error: errorMessage(error) })
+      }
+    }
+    if (active === undefined) forget()
+    else void active.done.finally(forget)
     this.#settled.delete(name)
     this.#enqueued.delete(name)
     this.#arrival.delete(name)

@@ -14,7 +14,7 @@ import { type ScheduleTimes, scheduleTimesOf } from "../lib/schedule/schedule-ti
 import { type CronJobSettings, cronJobFor, cronJobName, firedByCronJob } from "./schedule-cronjob.ts"
 
 /** How old the last missed tick may be and still fire after downtime, when the Schedule says nothing. */
-const defaultStartingDeadlineSeconds = 300
+export const defaultStartingDeadlineSeconds = 300
 
 /** setTimeout's longest delay; a later tick is reached by arming again. */
 const longestTimerMs = 2 ** 31 - 1

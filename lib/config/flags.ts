@@ -99,6 +99,14 @@ export function parsePositiveInt(text: string | undefined, flag: string): number
   return value
 }
 
+/** 0, 1, 2…: digits only, so "", "1e3" and "-1" are refused. */
+export function parseWholeNumber(text: string | undefined, flag: string): number {
+  const value = Number(text)
+  if (!/^[0-9]+$/.test(String(text)) || !Number.isSafeInteger(value))
+    throw badRequest(`--${flag} must be a whole number (0 or more), not "${text}"`)
+  return value
+}
+
 /** The parts of the process environment runnel uses besides its CI_* flags. */
 export type HostEnvironment = {
   readonly dockerHost: string | undefined

@@ -13,6 +13,7 @@ import {
   parseKeyValues,
   parsePositiveInt,
   parseSwitch,
+  parseWholeNumber,
   readFlags,
 } from "./flags.ts"
 import { type KubeRole, type KubeSource, kubeSource } from "./kubeconfig.ts"
@@ -111,6 +112,13 @@ export const operatorFlags: readonly FlagSpec[] = [
     description: "drivers pipelines may use, comma-separated, or * for all",
   },
   { name: "max-in-flight", value: "N", defaultValue: "10", description: "runs executing at once; the rest queue" },
+  {
+    name: "keep-runs",
+    value: "N",
+    defaultValue: "1000",
+    description:
+      "finished runs kept per pipeline, the newest; older ones and their output are deleted when a run finishes (0 keeps all)",
+  },
   { name: "pipeline-memory-mb", value: "MB", defaultValue: "128", description: "memory limit of a script's sandbox" },
   { name: "pipeline-timeout", value: "DURATION", defaultValue: "1h", description: "wall-clock limit of one run" },
   {
@@ -302,6 +310,8 @@ export type RoleSettings = {
 /** The operator's settings, checked; each part gets its slice. */
 export type OperatorSettings = RoleSettings & {
   readonly maxInFlight: number
+  /** `--keep-runs`: finished Runs kept per Pipeline; 0 keeps all. */
+  readonly keepRuns: number
   readonly limits: { readonly memoryMb: number; readonly timeoutMs: number }
   readonly shutdownGraceMs: number
   readonly secrets: Readonly<Record<string, string>>
@@ -346,6 +356,7 @@ export function operatorPart(
     ...roleSettings,
     network: networkPart(flags, roleSettings.features),
     maxInFlight: parsePositiveInt(flags["max-in-flight"] as string, "max-in-flight"),
+    keepRuns: parseWholeNumber(flags["keep-runs"] as string, "keep-runs"),
     limits: {
       memoryMb: parsePositiveInt(flags["pipeline-memory-mb"] as string, "pipeline-memory-mb"),
       timeoutMs: parseDurationFlag(flags["pipeline-timeout"] as string, "pipeline-timeout"),

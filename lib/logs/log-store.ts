@@ -74,6 +74,12 @@ export interface LogStore {
    * resume after a kill finds its finished tasks and does not run them again.
    */
   commit(runId: string): void
+  /**
+   * Removes everything kept for the run: its tasks, output (and its place in
+   * the search index) and attachments. Written with the next batch, after the
+   * writes queued before it; for a Run that is gone, whose output nobody reads.
+   */
+  forget(runId: string): void
   /** Waits until everything appended so far is committed and indexed. */
   flush(): Promise<void>
   /** Flushes and closes; idempotent. */

@@ -123,6 +123,27 @@ for (const kind of ["file", ":memory:"] as const) {
       }
     })
 
+    it("forgets a run: its tasks, output, attachments and search hits go, other runs' stay", async () => {
+      const store = await openStore()
+      for (const run of ["gone", "kept"]) {
+        store.saveTask(task(run, "tasks/1/build"))
+        store.append(run, "tasks/1/build", "stdout", `indexed words of ${run}\n`)
+        store.attach(run, "webhook-body", "{}")
+      }
+      await store.flush()
+      // Output written after the index caught up goes too, indexed or not.
+      store.append("gone", "tasks/1/build", "stdout", "late words\n")
+      store.forget("gone")
+      await store.flush()
+      expect(store.tasks("gone")).toEqual([])
+      expect(store.output("gone", "tasks/1/build", "stdout")).toBe("")
+      expect(store.attachment("gone", "webhook-body")).toBeUndefined()
+      expect((await hits(store, "words")).map((hit) => hit.runId)).toEqual(["kept"])
+      expect(await hits(store, "late")).toEqual([])
+      expect(store.output("kept", "tasks/1/build", "stdout")).toBe("indexed words of kept\n")
+      expect(store.attachment("kept", "webhook-body")).toBe("{}")
+    })
+
     it("finds words after flush(), best match first, with a snippet, a page at a time", async () => {
       const store = await openStore()
       store.append("r1", "tasks/1/build", "stdout", "step one\nerror: disk quota exceeded\n")

@@ -111,7 +111,7 @@ export async function openSqliteLogStore(path: string, storedBytes?: StoredBytes
 
 type Chunk = { runId: string; path: string; stream: OutputStream; text: string }
 /** Writes in the order the store received them; `seq` counts batches from 1. */
-type Batch = { seq: number; tasks: TaskRecord[]; chunks: Chunk[] }
+type Batch = { seq: number; tasks: TaskRecord[]; chunks: Chunk[]; forgotten: string[] }
 
 /**
  * Reads on the event loop's own connection; every write goes through a
@@ -130,6 +130,7 @@ class SqliteLogStore implements LogStore {
   readonly #attach: StatementSync
   readonly #attachment: StatementSync
   #tasks: TaskRecord[] = []
+  #forgotten: string[] = []
   #chunks: Chunk[] = []
   #queuedChars = 0
   #scheduled: NodeJS.Immediate | undefined
@@ -192,6 +193,12 @@ class SqliteLogStore implements LogStore {
     this.#storedBytes?.inc(Buffer.byteLength(text))
     if (this.#queuedChars >= batchChars) this.#send()
     else this.#schedule()
+  }
+
+  forget(runId: string): void {
+    this.#assertOpen()
+    this.#forgotten.push(runId)
+    this.#schedule()
   }
 
   tasks(runId: string): TaskRecord[] {
@@ -305,8 +312,8 @@ class SqliteLogStore implements LogStore {
     clearImmediate(this.#scheduled)
     this.#scheduled = undefined
     if (this.#failure !== undefined) throw this.#failure
-    if (this.#tasks.length === 0 && this.#chunks.length === 0) return
-    const batch: Batch = { seq: ++this.#seq, tasks: this.#tasks, chunks: this.#chunks }
+    if (this.#tasks.length === 0 && this.#chunks.length === 0 && this.#forgotten.length === 0) return
+    const batch: Batch = { seq: ++this.#seq, tasks: this.#tasks, chunks: this.#chunks, forgotten: this.#forgotten }
     for (const { runId } of batch.tasks) this.#unsynced.set(runId, batch.seq)
     for (const { runId } of batch.chunks) this.#unsynced.set(runId, batch.seq)
     if (this.#unsynced.size > maxUnsyncedRuns) {
@@ -316,6 +323,7 @@ class SqliteLogStore implements LogStore {
     const chars = this.#queuedChars
     this.#tasks = []
     this.#chunks = []
+    this.#forgotten = []
     this.#queuedChars = 0
     this.#writer.write(batch, chars)
   }
@@ -378,6 +386,15 @@ function writeStatements(db: DatabaseSync) {
   const selectUnindexed = db.prepare("SELECT id FROM chunks WHERE id > ? ORDER BY id LIMIT 1")
   const selectAnyUnindexed = db.prepare(anyUnindexed)
   const index = db.prepare("INSERT INTO chunks_fts (rowid, text) SELECT id, text FROM chunks WHERE id = ?")
+  // An external-content index must be told the text of each row it drops; rows not yet indexed are simply deleted.
+  const unindexRun = db.prepare(
+    `INSERT INTO chunks_fts (chunks_fts, rowid, text) SELECT 'delete', id, text FROM chunks INDEXED BY chunks_by_run
+     WHERE run_id = ? AND id <= (SELECT indexed_through FROM fts_progress)`,
+  )
+  const lastChunkThrough = db.prepare("SELECT coalesce(max(id), 0) AS id FROM chunks WHERE id <= ?")
+  const forgetRun = ["chunks", "tasks", "attachments"].map((table) =>
+    db.prepare(`DELETE FROM ${table} WHERE run_id = ?`),
+  )
   return {
     /** Writes a batch; returns the id of its last chunk, 0 if it has none. */
     apply(batch: Batch): number {
@@ -388,8 +405,14 @@ function writeStatements(db: DatabaseSync) {
       for (const row of toRows(batch.chunks)) {
         lastId = Number(insertChunk.run(row.runId, row.path, row.stream, row.text).lastInsertRowid)
       }
+      for (const runId of batch.forgotten) {
+        unindexRun.run(runId)
+        for (const statement of forgetRun) statement.run(runId)
+      }
       return lastId
     },
+    /** The last chunk at or before `id` still stored: what a batch waits to be indexed once forget() took its tail. */
+    lastChunkThrough: (id: number) => Number(lastChunkThrough.get(id)?.id ?? 0),
     progress: () => Number(selectProgress.get()?.indexed_through ?? 0),
     hasUnindexed: () => selectAnyUnindexed.get()?.found === 1,
     setProgress: (id: number) => updateProgress.run(id),
@@ -949,6 +972,8 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       pending.push({ seq: message.seq, runIds })
       let lastId: number
       try {
+        // Forgetting unindexes what the table says is indexed: it must say what this transaction indexed too.
+        if (message.forgotten.length > 0) statements.setProgress(progress)
         lastId = statements.apply(message)
       } catch (error) {
         if (!isFull(error)) throw error
@@ -956,6 +981,9 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
         continue
       }
       unindexed.push({ seq: message.seq, lastId, atMs: lastBatchAt })
+      // A forgotten run's chunks that were waiting to be indexed are gone: no batch waits for them any more.
+      if (message.forgotten.length > 0)
+        for (const batch of unindexed) batch.lastId = statements.lastChunkThrough(batch.lastId)
       for (const chunk of message.chunks) uncheckpointedChars += chunk.text.length
       appliedSeq = message.seq
       Atomics.store(shared, slots.applied, appliedSeq)

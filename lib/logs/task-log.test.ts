@@ -24,6 +24,7 @@ function recordingStore() {
     attach() {},
     attachment: () => undefined,
     lostOutput: () => undefined,
+    forget: () => {},
     bytesAfter: () => 0,
     lastChunkId: () => 0,
     commit() {},

@@ -1,0 +1,110 @@
+import { errorMessage } from "../lib/core/errors.ts"
+import type { Log } from "../lib/core/log.ts"
+import {
+  type GateObject,
+  isFinal,
+  isFinalGate,
+  type RunObject,
+  type ScheduleObject,
+  scheduleLabel,
+} from "../lib/kube/resources.ts"
+import { defaultStartingDeadlineSeconds } from "./schedule-reconciler.ts"
+
+export type RunRetentionOptions = {
+  /** `--keep-runs`: finished Runs kept per Pipeline, newest first; 0 keeps all. */
+  readonly keep: number
+  /** The informers' caches: no list call per pass. */
+  readonly runs: () => readonly RunObject[]
+  readonly gates: () => readonly GateObject[]
+  readonly schedule: (name: string) => ScheduleObject | undefined
+  /** Deletes through the API; the Run reconciler's deleted() then forgets its output, as for any deleted Run. */
+  readonly deleteRun: (name: string) => Promise<unknown>
+  readonly now?: () => number
+  readonly log: Log
+}
+
+/**
+ * Run history retention, as Kubernetes Jobs' history limits: when a Run
+ * finishes, its Pipeline's finished Runs beyond the newest `keep` are
+ * deleted. Without it every Run stays in the API store, both roles' caches
+ * and every reconciler pass for good (issue 20's soak).
+ */
+export class RunRetention {
+  readonly #options: RunRetentionOptions
+  readonly #due = new Set<string>()
+  /** Asked to be deleted and not yet gone from the cache: not asked again. */
+  readonly #deleting = new Set<string>()
+  #scheduled: NodeJS.Immediate | undefined
+
+  constructor(options: RunRetentionOptions) {
+    this.#options = options
+  }
+
+  /** A Run changed; once it is finished, its Pipeline is pruned soon (a burst costs one pass). */
+  changed(run: RunObject): void {
+    if (this.#options.keep === 0 || !isFinal(run)) return
+    this.#due.add(run.spec.pipelineRef.name)
+    this.#scheduled ??= setImmediate(() => this.#prune())
+  }
+
+  deleted(run: RunObject): void {
+    this.#deleting.delete(run.metadata?.name ?? "")
+  }
+
+  stop(): void {
+    clearImmediate(this.#scheduled)
+    this.#due.clear()
+  }
+
+  #prune(): void {
+    this.#scheduled = undefined
+    const pipelines = new Set(this.#due)
+    this.#due.clear()
+    const waited = new Set(
+      this.#options
+        .gates()
+        .filter((gate) => !isFinalGate(gate))
+        .map((gate) => gate.spec.runRef.name),
+    )
+    const now = (this.#options.now ?? Date.now)()
+    for (const run of runsToPrune(this.#options.runs(), pipelines, this.#options.keep)) {
+      const name = run.metadata?.name ?? ""
+      if (this.#deleting.has(name) || waited.has(name) || this.#tickMayFireAgain(run, now)) continue
+      this.#deleting.add(name)
+      this.#options.deleteRun(name).catch((error) => {
+        this.#deleting.delete(name)
+        this.#options.log("run.prune-failed", { run: name, error: errorMessage(error) })
+      })
+    }
+  }
+
+  /**
+   * A schedule's Run is named after its tick, and that name is what keeps the
+   * tick from firing twice (a 409). Deleted within the Schedule's starting
+   * deadline, a restart before the Schedule's status moved on could fire the
+   * tick again; past the deadline that tick never fires.
+   */
+  #tickMayFireAgain(run: RunObject, now: number): boolean {
+    const schedule = run.metadata?.labels?.[scheduleLabel]
+    if (schedule === undefined) return false
+    const deadlineSeconds =
+      this.#options.schedule(schedule)?.spec.startingDeadlineSeconds ?? defaultStartingDeadlineSeconds
+    return now - created(run) <= deadlineSeconds * 1000
+  }
+}
+
+/** The finished Runs of `pipelines` beyond each one's newest `keep`, newest by creation (then start). */
+export function runsToPrune(runs: readonly RunObject[], pipelines: ReadonlySet<string>, keep: number): RunObject[] {
+  const finished = new Map<string, RunObject[]>()
+  for (const run of runs) {
+    const pipeline = run.spec.pipelineRef.name
+    if (!pipelines.has(pipeline) || !isFinal(run)) continue
+    finished.set(pipeline, [...(finished.get(pipeline) ?? []), run])
+  }
+  return [...finished.values()].flatMap((list) => list.sort(newestFirst).slice(keep))
+}
+
+/** Creation times have whole seconds; the start time (milliseconds) orders runs created in the same second. */
+const newestFirst = (a: RunObject, b: RunObject) =>
+  created(b) - created(a) || (b.status?.startedAt ?? "").localeCompare(a.status?.startedAt ?? "")
+const created = (run: RunObject) => new Date(run.metadata?.creationTimestamp ?? 0).getTime()
