@@ -269,6 +269,34 @@ describeDocker("kubernetes", () => {
   })
 })
 
+// A long task's Pod changes nothing for minutes: the watch of it goes silent, and ends.
+describeDocker("kubernetes driver on an API that sends watch bookmarks once a minute, as Kubernetes does", () => {
+  it("ends a task that outlasts client-node's 30 s limit for a silent watch with its exit code, the watch opened again", async () => {
+    const running = await startEmbeddedApi({ dockerHost, bookmarkIntervalMs: 60_000 })
+    onTestFinished(() => running.close())
+    const driver = kubernetesDriverFactory({
+      kubeConfig: running.kubeConfig,
+      namespace: "default",
+      volumeSize: "1Gi",
+      accessMode: "ReadWriteOnce",
+      unschedulableTimeoutMs: 5_000,
+    }).create({})
+    const run = await driver.open("long")
+    onTestFinished(() => run.close())
+    const output = collect()
+    const task: TaskSpec = {
+      path: "tasks/1/long",
+      name: "long",
+      image: "busybox",
+      command: { path: "sh", args: ["-c", "echo started; sleep 35; echo done; exit 3"] },
+      env: {},
+      mounts: {},
+    }
+    expect(await run.exec(task, output, never)).toEqual({ code: 3, timedOut: false })
+    expect(output.out()).toBe("started\ndone\n")
+  }, 90_000)
+})
+
 describe("kubernetes driver on an API whose node has no Docker daemon", () => {
   it("ends a task whose Pod stays unschedulable past the timeout with the scheduler's reason, and deletes the Pod", async () => {
     const running = await startEmbeddedApi({ dockerHost: join(import.meta.dirname, "no-such-docker.sock") })

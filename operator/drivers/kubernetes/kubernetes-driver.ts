@@ -472,6 +472,11 @@ class KubernetesRun implements RunDriver {
 class TimedOut extends Error {}
 
 /** Watches one Pod; until() resolves with it once a check holds, rejects when the Pod is deleted or a check throws. */
+/**
+ * The latest state of one Pod, from a watch opened again whenever it ends: a server closes watches
+ * at its own timeout, and client-node gives up on one silent for 30 s, which a long task's Pod is.
+ * It is opened again from a fresh read of the Pod, so a change in between is not missed.
+ */
 class PodWatch {
   readonly #cluster: Cluster
   readonly #name: string
@@ -480,29 +485,73 @@ class PodWatch {
   #failure: Error | undefined
   #waiters = new Set<() => void>()
   #controller: AbortController | undefined
+  #stopped = false
+  /** Reads of the Pod that failed in a row while opening the watch again. */
+  #failedReads = 0
 
   constructor(cluster: Cluster, name: string) {
     this.#cluster = cluster
     this.#name = name
   }
 
-  async start(): Promise<void> {
+  start(): Promise<void> {
+    return this.#open(undefined)
+  }
+
+  async #open(resourceVersion: string | undefined): Promise<void> {
     const path = `/api/v1/namespaces/${this.#cluster.namespace}/pods`
+    const query = {
+      fieldSelector: `metadata.name=${this.#name}`,
+      allowWatchBookmarks: true,
+      ...(resourceVersion === undefined ? {} : { resourceVersion }),
+    }
+    let ended = false
+    const end = (error: unknown) => {
+      if (ended) return
+      ended = true
+      void this.#reopen(error)
+    }
     this.#controller = await new Watch(this.#cluster.kubeConfig).watch(
       path,
-      { fieldSelector: `metadata.name=${this.#name}` },
+      query,
       (type, object: V1Pod) => {
+        if (type === "BOOKMARK") return
+        // 410 Expired: the version it resumed from is gone; the next read starts afresh.
+        if (type === "ERROR") return end(new Error((object as { message?: string }).message ?? "the watch failed"))
         if (type === "DELETED") this.#gone = true
         else this.#latest = object
         this.#wake()
       },
-      (error) => {
-        if (error !== null && error !== undefined && (error as Error).name !== "AbortError") {
-          this.#failure = error as Error
-        } else if (!this.#gone) this.#failure = new Error("the watch of the Pod ended")
-        this.#wake()
-      },
+      (error) => end(error),
     )
+    if (this.#stopped) this.#controller.abort()
+  }
+
+  async #reopen(error: unknown): Promise<void> {
+    if (this.#stopped || this.#gone) return
+    for (;;) {
+      try {
+        const pod = await ifGone(
+          this.#cluster.core.readNamespacedPod({ namespace: this.#cluster.namespace, name: this.#name }),
+        )
+        this.#failedReads = 0
+        if (this.#stopped) return
+        if (pod === undefined) this.#gone = true
+        else this.#latest = pod
+        this.#wake()
+        if (pod !== undefined) await this.#open(pod.metadata?.resourceVersion)
+        return
+      } catch (failure) {
+        if (this.#stopped) return
+        if (++this.#failedReads >= 3) {
+          const cause = error instanceof Error && error.name !== "AbortError" ? error : failure
+          this.#failure = cause instanceof Error ? cause : new Error(String(cause))
+          this.#wake()
+          return
+        }
+        await new Promise((resolve) => setTimeout(resolve, 500 * this.#failedReads))
+      }
+    }
   }
 
   /** Checks on every event, and each second too: a check may hold with time alone (an unschedulable timeout). */
@@ -533,6 +582,7 @@ class PodWatch {
   }
 
   stop(): void {
+    this.#stopped = true
     this.#controller?.abort()
   }
 
