@@ -1,5 +1,6 @@
-import { describe, expect, it } from "vitest"
-import { demuxer } from "./docker-host.ts"
+import { describe, expect, it, onTestFinished } from "vitest"
+import { describeDocker, dockerHost } from "../../test/docker.ts"
+import { DockerHost, demuxer } from "./docker-host.ts"
 
 /** One frame of Docker's multiplexed format: stream byte, three zeros, big-endian length, payload. */
 function frame(stream: 1 | 2, payload: string): Buffer {
@@ -54,5 +55,38 @@ describe("demuxer", () => {
     const demux = demuxer(sink)
     for (let at = 0; at < wire.length; at++) demux(wire.subarray(at, at + 1))
     expect(text()).toEqual(expected)
+  })
+})
+
+describeDocker("a container's end", () => {
+  const docker = new DockerHost(dockerHost ?? "/var/run/docker.sock", "start Docker")
+
+  async function ended(script: string) {
+    const spec = {
+      image: "busybox",
+      command: ["sh", "-c", script],
+      env: {},
+      labels: { "runnel.test": "docker-host" },
+      mounts: [],
+      output: "kept" as const,
+      memoryBytes: 16 * 1024 * 1024,
+    }
+    const id = await docker.create(
+      spec,
+      { progress: () => {}, signal: new AbortController().signal },
+      "the test's container",
+    )
+    onTestFinished(() => docker.remove(id))
+    await docker.start(id, "sh", "busybox", "the test's container")
+    await docker.wait(id)
+    return docker.inspect(id)
+  }
+
+  it("says OOMKilled when the kernel killed a process of it for its memory limit", async () => {
+    expect(await ended("head -c 64m /dev/zero | tail")).toMatchObject({ exitCode: 137, oomKilled: true })
+  })
+
+  it("does not say OOMKilled of a 137 that was a plain SIGKILL within its memory limit", async () => {
+    expect(await ended("sleep 30 & kill -9 $!; wait $!")).toMatchObject({ exitCode: 137, oomKilled: false })
   })
 })

@@ -1,4 +1,5 @@
 import { Agent } from "node:http"
+import type { Readable } from "node:stream"
 import Docker from "dockerode"
 import { errorMessage, SystemError } from "../core/errors.ts"
 
@@ -217,9 +218,9 @@ export class DockerHost {
   }
 
   async inspect(id: string): Promise<ContainerState> {
-    const { State } = await this.#docker.getContainer(id).inspect()
+    const { State, HostConfig } = await this.#docker.getContainer(id).inspect()
     const time = (text: string | undefined) => (text === undefined || text.startsWith("0001-") ? undefined : text)
-    return {
+    const state = {
       running: State.Running,
       exitCode: State.ExitCode,
       oomKilled: State.OOMKilled,
@@ -227,6 +228,32 @@ export class DockerHost {
       finishedAt: time(State.FinishedAt),
       error: State.Error,
     }
+    if (state.running || state.oomKilled || state.exitCode !== 137 || !((HostConfig.Memory ?? 0) > 0)) return state
+    return { ...state, oomKilled: await this.#oomEvent(id, state.startedAt) }
+  }
+
+  /**
+   * Whether the daemon logged an OOM kill of the container since it started. Docker 20.10 sets
+   * State.OOMKilled only when containerd's OOM event reaches it before the exit event, which under
+   * load it may not; the "oom" event is logged either way (late by a moment at most, so the daemon is
+   * asked for the events until half a second from now).
+   */
+  async #oomEvent(id: string, startedAt: string | undefined): Promise<boolean> {
+    const since = startedAt === undefined ? 0 : Math.floor(Date.parse(startedAt) / 1000)
+    const stream = await this.#docker.getEvents({
+      since,
+      until: (Date.now() + 500) / 1000,
+      filters: JSON.stringify({ container: [id], event: ["oom"] }),
+    })
+    return new Promise((resolve, reject) => {
+      stream.on("data", () => {
+        resolve(true)
+        ;(stream as Readable).destroy()
+      })
+      stream.on("end", () => resolve(false))
+      stream.on("close", () => resolve(false))
+      stream.on("error", reject)
+    })
   }
 
   /** The output the daemon kept (spec.output "kept"), demultiplexed into `output`; resolves when the stream ends. */
