@@ -68,7 +68,9 @@ export function serverProcesses(prefix: string) {
     },
     cleanUp() {
       for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL")
-      rmSync(dir, { recursive: true, force: true })
+      // A killed server's native tasks lead process groups of their own and may still write here: a
+      // directory refilled while it is removed (ENOTEMPTY) is removed again.
+      rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 })
     },
   }
 }
