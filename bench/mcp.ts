@@ -167,5 +167,5 @@ export async function runMcpBench(line: BenchLine, megabytes: number): Promise<v
 }
 
 if (import.meta.main) {
-  await runMcpBench((...cells) => console.log(cells.join("  ")), Number(process.env.BENCH_MCP_MB ?? 256))
+  await runMcpBench((...cells) => console.log(cells.join("  ")), Number(process.env.BENCH_MCP_MB ?? 1024))
 }
