@@ -134,10 +134,21 @@ export function inMountNamespace(
   }
 }
 
-/** Whether `executable` can be run with `path` as PATH: checked on the host, since inside the namespace a missing one is only exit code 127. */
-export async function findExecutable(executable: string, path: string | undefined): Promise<boolean> {
-  // A relative path with a slash is found from the task's working directory, which the namespace makes.
-  if (executable.includes("/") && !executable.startsWith("/")) return true
+/**
+ * Whether `executable` can be run with `path` as PATH, checked on the host before the task starts (a
+ * missing one would be only exit code 127 from the shell that starts it). A relative path with a slash
+ * is found from `cwd`; without one (inside a namespace, which makes the working directory) it is taken.
+ */
+export async function findExecutable(executable: string, path: string | undefined, cwd?: string): Promise<boolean> {
+  if (executable.includes("/") && !executable.startsWith("/")) {
+    return (
+      cwd === undefined ||
+      (await access(posix.join(cwd, executable), constants.X_OK).then(
+        () => true,
+        () => false,
+      ))
+    )
+  }
   const candidates = executable.startsWith("/")
     ? [executable]
     : (path ?? "")

@@ -4,6 +4,7 @@ import { writeFileSync } from "node:fs"
 import { mkdir, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises"
 import { constants } from "node:os"
 import { dirname, join, posix, resolve } from "node:path"
+import type { Writable } from "node:stream"
 import { errorMessage, SystemError } from "../../../lib/core/errors.ts"
 import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
@@ -38,6 +39,15 @@ const ownerFile = "owner"
  * groupRecord(), so removeLeftovers() can kill what a killed owner left running.
  */
 const groupsDir = "groups"
+
+/**
+ * Every native task starts behind a gate: a shell that waits for a line on fd 3, then execs the task
+ * (the same process, so the same group). runnel records the group before it opens the gate; should
+ * runnel die first, the pipe closes, `read` fails, and the task never runs.
+ */
+const gateShell = "/bin/sh"
+/** The shell exports a PWD of its own: it is taken away again, unless the task's env sets one. */
+const gate = (keepPwd: boolean) => `IFS= read -r _ <&3 || exit 125; exec 3<&-; ${keepPwd ? "" : "unset PWD; "}exec "$@"`
 
 /**
  * Inside the work root: one directory per cache key, kept between runs. No run directory has this
@@ -222,30 +232,31 @@ class NativeRun implements RunDriver {
     },
   ): Promise<TaskExit> {
     const env = { PATH: this.#path, HOME: this.#runDir, ...task.env }
-    let command: { path: string; args: readonly string[] } = task.command
-    if (namespace !== undefined) {
-      if (!(await findExecutable(task.command.path, env.PATH))) {
-        throw spawnError(Object.assign(new Error("not found"), { code: "ENOENT" }), task.command.path, env.PATH)
-      }
-      // In the namespace the task works at its container paths, where the binds are (nested ones too).
-      command = inMountNamespace(
-        this.#namespace.unshare,
-        namespace.newRoot,
-        namespace.mounts,
-        namespace.workDir,
-        task.command,
-      )
+    // Checked here, since behind the gate (and inside a namespace) a missing one is only exit code 127.
+    if (!(await findExecutable(task.command.path, env.PATH, namespace === undefined ? cwd : undefined))) {
+      throw spawnError(Object.assign(new Error("not found"), { code: "ENOENT" }), task.command.path, env.PATH)
     }
+    // In the namespace the task works at its container paths, where the binds are (nested ones too).
+    const command =
+      namespace === undefined
+        ? task.command
+        : inMountNamespace(
+            this.#namespace.unshare,
+            namespace.newRoot,
+            namespace.mounts,
+            namespace.workDir,
+            task.command,
+          )
     // detached: the task leads its own process group, so killing -pid also kills what it started.
-    // In a namespace, unshare, the shell and chroot each exec the next: the group leader is the task.
-    const child = spawn(command.path, command.args, {
+    // The gate, unshare, the namespace's shell and chroot each exec the next: the group leader is the task.
+    const child = spawn(gateShell, ["-c", gate("PWD" in task.env), "runnel-gate", command.path, ...command.args], {
       cwd,
       env,
       detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
+      stdio: ["ignore", "pipe", "pipe", "pipe"],
     })
-    // Written at once, synchronously: until the event loop turns, the process cannot have been reaped,
-    // and the time in which a killed runnel leaves its task unrecorded stays as short as it can be.
+    // Written at once, synchronously, and only then is the gate opened: a runnel killed at any moment
+    // leaves no task running that no record names (a gate whose pipe closes unopened runs nothing).
     const groupFile = child.pid === undefined ? undefined : join(this.#runDir, groupsDir, String(child.pid))
     if (child.pid !== undefined && groupFile !== undefined) {
       try {
@@ -256,8 +267,11 @@ class NativeRun implements RunDriver {
         throw new SystemError(`task "${task.path}" could not record its process group: ${errorMessage(error)}`)
       }
     }
-    child.stdout.on("data", (chunk: Buffer) => output.stdout(chunk))
-    child.stderr.on("data", (chunk: Buffer) => output.stderr(chunk))
+    const opener = child.stdio[3] as Writable | null | undefined
+    opener?.on("error", () => {}) // EPIPE: the gate's shell was killed (abort) before it read the line
+    opener?.end("open\n")
+    child.stdout?.on("data", (chunk: Buffer) => output.stdout(chunk))
+    child.stderr?.on("data", (chunk: Buffer) => output.stderr(chunk))
 
     let timedOut = false
     const kill = () => killGroup(child)
