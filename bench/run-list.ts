@@ -8,7 +8,7 @@ import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
 import { pipelineLabel, pipelineOwnerReference, resourcePath, runnelApiVersion } from "../lib/kube/resources.ts"
 import type { BenchLine } from "./operator.ts"
-import { startRunnelServer } from "./runnel-server.ts"
+import { startRunnelServer, untilIdle } from "./runnel-server.ts"
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
 const phases = ["success", "failure", "error", "aborted"] as const
@@ -66,8 +66,8 @@ function seed(db: string, count: number, pipelines: number): void {
 async function timed(url: string): Promise<number> {
   const started = performance.now()
   const response = await fetch(url)
-  await response.arrayBuffer()
-  if (!response.ok) throw new Error(`${url} answered ${response.status}`)
+  const body = await response.text()
+  if (!response.ok) throw new Error(`${url} answered ${response.status}: ${body.slice(0, 300)}`)
   return performance.now() - started
 }
 
@@ -81,8 +81,10 @@ export async function runListBench(line: BenchLine, count = 100_000): Promise<vo
   const seedStarted = performance.now()
   seed(join(dir, "runnel.db"), count, 20)
   const seedSeconds = (performance.now() - seedStarted) / 1000
-  const { url, stop } = await startRunnelServer(dir)
+  // Every seeded run is kept: the default --keep-runs (1000 per pipeline) would delete four in five of them at start.
+  const { url, pid, stop } = await startRunnelServer(dir, ["--keep-runs", "0"])
   try {
+    await untilIdle(pid)
     const floorUrl = `${url}/k8s${resourcePath("default", "runs")}?limit=20`
     const pages = Math.ceil(count / 20)
     const queries = [

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process"
+import { readFileSync } from "node:fs"
 import { join } from "node:path"
 
 const runnelBin = join(import.meta.dirname, "..", "bin", "runnel")
@@ -54,5 +55,30 @@ export async function startRunnelServer(
       child.kill("SIGTERM")
       await exited
     },
+  }
+}
+
+/** The process's CPU time so far, in clock ticks (utime + stime of /proc/<pid>/stat; Linux ticks are 10 ms). */
+function cpuTicks(pid: number): number {
+  // The command name, in parentheses, may hold spaces: the fields are counted after it.
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? []
+  return Number(fields[11]) + Number(fields[12])
+}
+
+/**
+ * Resolves once the process has spent under 5% of a core for a second: a server started on a large
+ * store keeps working after it listens (its indexes and garbage collector read every object), and a
+ * latency measured then is its start-up's, not the steady state's. Rejects after `limitMs`.
+ */
+export async function untilIdle(pid: number, limitMs = 120_000): Promise<void> {
+  const deadline = performance.now() + limitMs
+  let quiet = 0
+  let ticks = cpuTicks(pid)
+  while (quiet < 4) {
+    if (performance.now() > deadline) throw new Error(`process ${pid} was still busy after ${limitMs} ms`)
+    await new Promise((resolve) => setTimeout(resolve, 250))
+    const now = cpuTicks(pid)
+    quiet = now - ticks <= 1 ? quiet + 1 : 0
+    ticks = now
   }
 }
