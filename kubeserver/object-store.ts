@@ -111,6 +111,9 @@ CREATE TABLE IF NOT EXISTS kube_objects (
   object TEXT NOT NULL,
   PRIMARY KEY (resource, namespace, name)
 ) WITHOUT ROWID;
+-- The keys alone, for a list's remainingItemCount: counting through the table walks every object's pages
+-- (24 ms for 100,000 Runs, against 4 ms here). Updates do not touch it; they change no key.
+CREATE INDEX IF NOT EXISTS kube_objects_keys ON kube_objects (resource, namespace, name);
 CREATE TABLE IF NOT EXISTS kube_owner_refs (
   owner_uid TEXT NOT NULL,
   resource TEXT NOT NULL,
