@@ -10,5 +10,8 @@ export default defineConfig({
     fileParallelism: true,
     maxWorkers: 2,
     pool: "forks",
+    // The bundled client-node (lib/kube/client-node.js, 4 MiB, generated) loads as Node loads it, not
+    // through Vite's transform, like the package it is made from.
+    server: { deps: { external: [/lib\/kube\/client-node\.js$/] } },
   },
 })

@@ -1,7 +1,7 @@
-import { ApiException } from "@kubernetes/client-node"
 import type { Middleware } from "koa"
 import { errorMessage, RunnelError } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
+import { ApiException } from "../lib/kube/client-node.js"
 
 /**
  * The one place that turns a failure into a response (STYLE.md section 4):

@@ -1,6 +1,6 @@
-import { ApiException } from "@kubernetes/client-node"
 import { notFound, RunnelError } from "../lib/core/errors.ts"
 import { isFinalRunStatus } from "../lib/core/status.ts"
+import { ApiException } from "../lib/kube/client-node.js"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import { type GateDecision, type GateObject, gateCreatedAt, isFinalGate } from "../lib/kube/resources.ts"
 import { type AuditLog, gateDecisionEntry } from "./audit.ts"

@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from "node:util"
-import type { KubernetesObject } from "@kubernetes/client-node"
+import type { KubernetesObject } from "../lib/kube/client-node.js"
 import { type GateObject, type PipelineObject, type PipelineSpec, pipelineLabel } from "../lib/kube/resources.ts"
 import { type AuditEntry, type AuditLog, gateDecisionEntry, kubernetesActor } from "./audit.ts"
 import type { IndexHandlers } from "./resource-index.ts"

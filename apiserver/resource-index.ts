@@ -1,5 +1,5 @@
-import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import type { Log } from "../lib/core/log.ts"
+import type { KubeConfig, KubernetesObject } from "../lib/kube/client-node.js"
 import { startInformer } from "../lib/kube/informer.ts"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { GateObject, PipelineObject, RunnelPlural, RunObject } from "../lib/kube/resources.ts"

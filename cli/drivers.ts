@@ -1,10 +1,10 @@
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type { KubeConfig } from "@kubernetes/client-node"
 import type { HostEnvironment } from "../lib/config/flags.ts"
 import type { TaskVolumeSettings } from "../lib/config/operator.ts"
 import { badRequest } from "../lib/core/errors.ts"
 import { registry } from "../lib/core/registry.ts"
+import type { KubeConfig } from "../lib/kube/client-node.js"
 import type { DriverFactory } from "../operator/drivers/driver.ts"
 
 /** A driver by name, imported on first use: dockerode alone takes about 0.1 s to import, and `--driver native` never needs it. */

@@ -1,7 +1,7 @@
 import { once } from "node:events"
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, request, type ServerResponse } from "node:http"
 import { duplexPair } from "node:stream"
-import type { KubeConfig } from "@kubernetes/client-node"
+import type { KubeConfig } from "../lib/kube/client-node.js"
 
 /**
  * `runnel server`'s roles reach the embedded API in their own process without

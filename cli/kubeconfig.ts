@@ -1,6 +1,6 @@
-import { KubeConfig } from "@kubernetes/client-node"
 import type { KubeSource } from "../lib/config/kubeconfig.ts"
 import { badRequest, errorMessage } from "../lib/core/errors.ts"
+import { KubeConfig } from "../lib/kube/client-node.js"
 
 /** How `runnel server`'s own roles reach its embedded API: its URL (known once it listens) and the process's token. */
 export type EmbeddedAccess = { readonly server: string; readonly token: string }

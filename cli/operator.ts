@@ -1,5 +1,5 @@
-import type { KubeConfig } from "@kubernetes/client-node"
 import type { OperatorSettings } from "../lib/config/operator.ts"
+import type { KubeConfig } from "../lib/kube/client-node.js"
 import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import type { OperatorMetrics } from "../lib/metrics/metrics.ts"

@@ -1,5 +1,5 @@
-import type { KubeConfig } from "@kubernetes/client-node"
 import type { OperatorSettings, RoleSettings } from "../lib/config/operator.ts"
+import type { KubeConfig } from "../lib/kube/client-node.js"
 import { openKubernetesSecretStore } from "../lib/kube/kubernetes-secret-store.ts"
 import { globalScope, type SecretStore } from "../lib/secrets/secret-store.ts"
 import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"

@@ -1,5 +1,5 @@
-import type { KubeConfig, KubernetesObject } from "@kubernetes/client-node"
 import { type Log, quietLog } from "../lib/core/log.ts"
+import type { KubeConfig, KubernetesObject } from "../lib/kube/client-node.js"
 import { type Informer, type InformerHandlers, startInformer } from "../lib/kube/informer.ts"
 import { ResourceClient } from "../lib/kube/resource-client.ts"
 import type { GateObject, PipelineObject, RunObject, ScheduleObject } from "../lib/kube/resources.ts"

@@ -1,4 +1,3 @@
-import type { V1OwnerReference } from "@kubernetes/client-node"
 import { formatDuration } from "../lib/core/duration.ts"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
@@ -6,6 +5,7 @@ import type { RunResult, TaskRecord } from "../lib/core/run.ts"
 import type { FinalRunStatus, RunStatus } from "../lib/core/status.ts"
 import { consoleTaskPath } from "../lib/core/task-path.ts"
 import { type WebhookRequest, type WebhookResponse, webhookBodyAttachment } from "../lib/core/webhook-request.ts"
+import type { V1OwnerReference } from "../lib/kube/client-node.js"
 import type { Informer } from "../lib/kube/informer.ts"
 import type { ResourceClient } from "../lib/kube/resource-client.ts"
 import {

@@ -1,7 +1,7 @@
-import { ApiException } from "@kubernetes/client-node"
 import { errorMessage } from "../lib/core/errors.ts"
 import type { Log } from "../lib/core/log.ts"
 import type { TaskRecord } from "../lib/core/run.ts"
+import { ApiException } from "../lib/kube/client-node.js"
 import type { RunStatusFields, StatusTask } from "../lib/kube/resources.ts"
 import type { RunObserver } from "./engine/run-observer.ts"
 

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto"
-import type { V1CronJob } from "@kubernetes/client-node"
+import type { V1CronJob } from "../lib/kube/client-node.js"
 import { ownerReference, type ScheduleObject, scheduleLabel } from "../lib/kube/resources.ts"
 import { cronParts } from "../lib/schedule/schedule-times.ts"
 

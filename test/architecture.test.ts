@@ -177,6 +177,25 @@ import { openStore } from "../lib/logs/sqlite-log-store.ts"`,
     )
   })
 
+  it("takes the Kubernetes client through lib/kube/client-node.d.ts alone, and checks its generated module as it", () => {
+    const client = {
+      "lib/kube/client-node.d.ts": `export { Watch } from "@kubernetes/client-node"`,
+      // Generated at install; its own imports are the package's files and dependencies, not checked.
+      "lib/kube/client-node.js": `import { fetch } from "undici"\nimport Koa from "koa"\nexport class Watch {}`,
+      "lib/kube/informer.ts": `import { Watch } from "./client-node.js"`,
+      "operator/run.ts": `${base["operator/run.ts"]}\nimport "../lib/kube/informer.ts"`,
+    }
+    expect(check(client)).toEqual([])
+    expect(
+      check({
+        ...client,
+        "apiserver/app.ts": `${base["apiserver/app.ts"]}\nimport { Watch } from "@kubernetes/client-node"`,
+      }),
+    ).toEqual([
+      "package: apiserver/app.ts imports @kubernetes/client-node, which belongs only in lib/kube/client-node.d.ts",
+    ])
+  })
+
   it("fails on a test helper in a production name, or production code importing a test helper", () => {
     expect(check({ "operator/drivers/driver.ts": `import { it } from "vitest"` }).join("\n")).toContain(
       "package: operator/drivers/driver.ts imports vitest, which belongs only in tests",

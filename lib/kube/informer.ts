@@ -1,3 +1,5 @@
+import { errorMessage, SystemError } from "../core/errors.ts"
+import type { Log } from "../core/log.ts"
 import {
   ADD,
   ApiException,
@@ -8,9 +10,7 @@ import {
   type KubernetesObject,
   makeInformer,
   UPDATE,
-} from "@kubernetes/client-node"
-import { errorMessage, SystemError } from "../core/errors.ts"
-import type { Log } from "../core/log.ts"
+} from "./client-node.js"
 
 export type InformerHandlers<T> = {
   /** Added or updated, including the objects of every (re)list. */

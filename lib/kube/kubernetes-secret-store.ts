@@ -1,6 +1,6 @@
-import { CoreV1Api, type KubeConfig, type V1Secret } from "@kubernetes/client-node"
 import { badRequest, SystemError } from "../core/errors.ts"
 import { assertSecretScope, checkedEntries, globalScope, type SecretStore } from "../secrets/secret-store.ts"
+import { CoreV1Api, type KubeConfig, type V1Secret } from "./client-node.js"
 import { ifGone, ResourceClient } from "./resource-client.ts"
 import { type PipelineObject, pipelineOwnerReference } from "./resources.ts"
 

@@ -1,3 +1,4 @@
+import { RunnelError } from "../core/errors.ts"
 import {
   ApiException,
   BatchV1Api,
@@ -10,8 +11,7 @@ import {
   setHeaderOptions,
   type V1CronJob,
   type V1Secret,
-} from "@kubernetes/client-node"
-import { RunnelError } from "../core/errors.ts"
+} from "./client-node.js"
 import {
   defaultWebhookSecretKey,
   derivedScheduleLabel,

@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto"
-import type { KubernetesObject, V1OwnerReference } from "@kubernetes/client-node"
 import { isFinalRunStatus, type RunStatus, type TaskStatus } from "../core/status.ts"
 import type { WebhookResponse } from "../core/webhook-request.ts"
 import type { ContentType } from "../script/content-type.ts"
+import type { KubernetesObject, V1OwnerReference } from "./client-node.js"
 
 /**
  * runnel's resources as crds/ defines them (contract.md section 7), written

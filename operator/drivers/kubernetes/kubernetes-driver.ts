@@ -1,6 +1,8 @@
 import { createHash, randomBytes } from "node:crypto"
 import { request as httpRequest, type IncomingMessage } from "node:http"
 import { request as httpsRequest, type RequestOptions } from "node:https"
+import { badRequest, errorMessage, SystemError } from "../../../lib/core/errors.ts"
+import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
 import {
   ApiException,
   CoreV1Api,
@@ -14,9 +16,7 @@ import {
   type V1ResourceRequirements,
   type V1Volume,
   Watch,
-} from "@kubernetes/client-node"
-import { badRequest, errorMessage, SystemError } from "../../../lib/core/errors.ts"
-import { ownerIsDead, processOwner } from "../../../lib/core/process-owner.ts"
+} from "../../../lib/kube/client-node.js"
 import {
   assertCacheKey,
   assertVolumeKind,
