@@ -99,12 +99,19 @@ export function runsToPrune(runs: readonly RunObject[], pipelines: ReadonlySet<s
   for (const run of runs) {
     const pipeline = run.spec.pipelineRef.name
     if (!pipelines.has(pipeline) || !isFinal(run)) continue
-    finished.set(pipeline, [...(finished.get(pipeline) ?? []), run])
+    const list = finished.get(pipeline)
+    if (list === undefined) finished.set(pipeline, [run])
+    else list.push(run)
   }
-  return [...finished.values()].flatMap((list) => list.sort(newestFirst).slice(keep))
+  // A pass runs after every burst of finished runs: a pipeline at its limit is sorted, by keys read once.
+  return [...finished.values()].flatMap((list) => (list.length <= keep ? [] : newestFirst(list).slice(keep)))
 }
 
 /** Creation times have whole seconds; the start time (milliseconds) orders runs created in the same second. */
-const newestFirst = (a: RunObject, b: RunObject) =>
-  created(b) - created(a) || (b.status?.startedAt ?? "").localeCompare(a.status?.startedAt ?? "")
+function newestFirst(runs: readonly RunObject[]): RunObject[] {
+  return runs
+    .map((run) => ({ run, created: created(run), started: run.status?.startedAt ?? "" }))
+    .sort((a, b) => b.created - a.created || (b.started < a.started ? -1 : b.started > a.started ? 1 : 0))
+    .map(({ run }) => run)
+}
 const created = (run: RunObject) => new Date(run.metadata?.creationTimestamp ?? 0).getTime()
