@@ -1,9 +1,11 @@
 import { mkdtempSync, rmSync } from "node:fs"
+import type { ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { CustomObjectsApi } from "@kubernetes/client-node"
+import { setTimeout as sleep } from "node:timers/promises"
+import { CustomObjectsApi, Watch } from "@kubernetes/client-node"
 import { describe, expect, it, onTestFinished } from "vitest"
 import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
@@ -58,5 +60,42 @@ describe("the in-process transport", () => {
       .makeApiClient(CustomObjectsApi)
       .listNamespacedCustomObject({ group: "runnel.dev", version: "v1alpha1", namespace: "default", plural: "runs" })
     expect((await refusal(list)).code).toBe(401)
+  })
+
+  it("closes the server's side of an aborted watch, so that the API stops writing to it", async () => {
+    const kubeConfig = loadKubeConfig(
+      { kind: "embedded" },
+      { server: `http://127.0.0.1:${await closedPort()}/k8s`, token },
+    )
+    let response: ServerResponse | undefined
+    const closed = new Promise<void>((resolve) => {
+      inProcessTransport(kubeConfig, token, (_req, res) => {
+        response = res
+        res.writeHead(200, { "Content-Type": "application/json" })
+        res.write(`${JSON.stringify({ type: "ADDED", object: { metadata: { name: "a" } } })}\n`)
+        res.on("close", () => resolve())
+        return true
+      })
+    })
+    const seen: string[] = []
+    const first = new Promise<void>((resolve) => {
+      void new Watch(kubeConfig)
+        .watch(
+          "/apis/runnel.dev/v1alpha1/namespaces/default/runs",
+          {},
+          (type: string) => {
+            seen.push(type)
+            resolve()
+          },
+          () => {},
+        )
+        .then((controller) => first.then(() => controller.abort()))
+    })
+    await first
+    // Before the fix the response never closed: the API would have written to the watch for good.
+    const outcome = await Promise.race([closed.then(() => "closed"), sleep(5_000).then(() => "still open after 5 s")])
+    expect(seen).toEqual(["ADDED"])
+    expect(outcome).toBe("closed")
+    expect(response?.destroyed).toBe(true)
   })
 })

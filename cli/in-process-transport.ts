@@ -18,8 +18,16 @@ import type { KubeConfig } from "../lib/kube/client-node.js"
  * one dispatcher speaking undici's handler protocol (onRequestStart,
  * onResponseStart, onResponseData, onResponseEnd, onResponseError, a
  * controller with abort/pause/resume) on top of node:http over a duplex pair.
- * Each request has a pipe of its own (no keep-alive: opening one costs no
- * system call), so an aborted watch ends only its own.
+ * Each request has a pipe of its own (opening one costs no system call), so
+ * an aborted watch ends only its own. When the exchange is over, whichever
+ * way, both ends of the pipe are destroyed: unlike a socket's, a pipe's end
+ * learns nothing of the other's destruction, and a watch's response on the
+ * server's end closes (and the embedded API forgets the watcher) only when
+ * its own end does. The request asks for keep-alive so that neither side
+ * ends the pipe by itself meanwhile: after a `Connection: close` response,
+ * Node's server ended its end, then ended it again when the client ended
+ * its own, building an ERR_STREAM_ALREADY_FINISHED per request (about 1%
+ * of the main thread under the webhook benchmark).
  *
  * Other users of the kubeconfig (the kubernetes driver's streamed Pod logs)
  * keep its URL and reach the same API over TCP.
@@ -78,8 +86,12 @@ function send(server: ReturnType<typeof createServer>, options: DispatchOptions,
     createConnection: () => client,
     method: options.method,
     path: options.path,
-    headers: options.headers ?? {},
+    headers: { ...options.headers, connection: "keep-alive" },
   })
+  const close = () => {
+    client.destroy()
+    serverEnd.destroy()
+  }
   let response: IncomingMessage | undefined
   let settled = false
   let paused = false
@@ -89,6 +101,7 @@ function send(server: ReturnType<typeof createServer>, options: DispatchOptions,
     if (settled) return
     settled = true
     req.destroy()
+    close()
     handler.onResponseError?.(controller, error)
   }
   const controller: Controller = {
@@ -131,6 +144,7 @@ function send(server: ReturnType<typeof createServer>, options: DispatchOptions,
     res.on("end", () => {
       if (settled) return
       settled = true
+      close()
       handler.onResponseEnd?.(controller, res.trailers)
     })
     res.on("error", fail)
