@@ -113,9 +113,9 @@ type Execution = {
 /**
  * Executes Runs: admission, execution with the engine, status, stop, resume.
  *
- * Level-triggered: every event schedules one pass over all Runs in the
- * informer's cache, which decides from each Run's resource alone (and what
- * this process is doing) what must happen:
+ * Level-triggered: every event schedules one pass over the Runs of the
+ * informer's cache that are not final, which decides from each Run's
+ * resource alone (and what this process is doing) what must happen:
  * - no phase or `queued`: admitted when fewer than maxInFlight runs execute,
  *   oldest first (creationTimestamp, then the order the operator saw them,
  *   then name); else marked `queued`. A Run naming a missing Pipeline ends
@@ -126,7 +126,9 @@ type Execution = {
  *   with; otherwise it ends `error` with the reason.
  * - `spec.stop: true` or deletion: a queued Run ends `aborted`; an executing
  *   one is aborted (its tasks are killed) and ends `aborted`.
- * - a final phase: nothing.
+ * - a final phase: nothing; the pass does not even look at it, since a
+ *   store keeps finished Runs by the thousand (`--keep-runs 0`: all of them)
+ *   and a pass runs after every burst of events.
  * A pass is synchronous; the writes and executions it starts run beside it,
  * and this process's own bookkeeping keeps a later pass (which may still see
  * an older version of a Run) from doing the same thing twice.
@@ -145,6 +147,8 @@ export class RunReconciler {
   readonly #enqueued = new Map<string, Promise<void>>()
   /** The order in which this process first saw each Run: the watch delivers creations in order. */
   readonly #arrival = new Map<string, number>()
+  /** The Runs whose cached version is not final: what a pass looks at. */
+  readonly #unfinished = new Set<string>()
   #arrivals = 0
   /** YAML jobs' serial, serial_groups and max_in_flight across the runs of a pipeline. */
   readonly #jobSlots = new JobSlots()
@@ -161,12 +165,12 @@ export class RunReconciler {
 
   attach(informer: Informer<RunObject>): void {
     this.#informer = informer
-    for (const run of informer.list()) this.#arrived(run)
+    for (const run of informer.list()) this.#track(run)
     this.schedule()
   }
 
   changed(run: RunObject): void {
-    this.#arrived(run)
+    this.#track(run)
     this.schedule()
   }
 
@@ -187,6 +191,7 @@ export class RunReconciler {
     this.#settled.delete(name)
     this.#enqueued.delete(name)
     this.#arrival.delete(name)
+    this.#unfinished.delete(name)
     this.schedule()
   }
 
@@ -255,28 +260,33 @@ export class RunReconciler {
     return counts
   }
 
-  #arrived(run: RunObject): void {
+  /** Notes a Run's newest version: when this process first saw it, and whether a pass must look at it. */
+  #track(run: RunObject): void {
     const name = run.metadata?.name
-    if (name !== undefined && !this.#arrival.has(name)) this.#arrival.set(name, ++this.#arrivals)
+    if (name === undefined) return
+    if (isFinal(run)) {
+      // Nothing is left to do for it: what this process noted about it goes.
+      this.#unfinished.delete(name)
+      this.#settled.delete(name)
+      this.#enqueued.delete(name)
+      this.#arrival.delete(name)
+      return
+    }
+    this.#unfinished.add(name)
+    if (!this.#arrival.has(name)) this.#arrival.set(name, ++this.#arrivals)
   }
 
   #pass(): void {
-    const runs = this.#informer?.list() ?? []
     const waiting: RunObject[] = []
-    for (const run of runs) {
-      const name = run.metadata?.name ?? ""
+    for (const name of this.#unfinished) {
+      const run = this.#informer?.get(name)
+      if (run === undefined) continue
       const active = this.#active.get(name)
       if (active !== undefined) {
         if (run.spec.stop === true) active.controller.abort(new RunAborted("the run was stopped (spec.stop is true)"))
         else if (run.metadata?.deletionTimestamp !== undefined) {
           active.controller.abort(new RunAborted("the Run was deleted"))
         }
-        continue
-      }
-      if (isFinal(run)) {
-        this.#settled.delete(name)
-        this.#enqueued.delete(name)
-        this.#arrival.delete(name)
         continue
       }
       if (this.#settled.has(name) || run.metadata?.deletionTimestamp !== undefined) continue
