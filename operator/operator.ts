@@ -159,7 +159,7 @@ export async function startOperator(options: OperatorOptions): Promise<Operator>
   let runInformer: Informer<RunObject> | undefined
   const retention = new RunRetention({
     keep: options.keepRuns ?? 0,
-    runs: () => runInformer?.list() ?? [],
+    run: (name) => runInformer?.get(name),
     gates: () => gateInformer?.list() ?? [],
     schedule: (name) => scheduleInformer.get(name),
     deleteRun: (name) => client.deleteRun(name),

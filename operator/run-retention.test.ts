@@ -25,7 +25,7 @@ async function prune(
   const deleted: string[] = []
   const retention = new RunRetention({
     keep: options.keep ?? 2,
-    runs: () => runs,
+    run: (name) => runs.find((each) => each.metadata?.name === name),
     gates: () => options.gates ?? [],
     schedule: (name) => options.schedules?.find((schedule) => schedule.metadata?.name === name),
     deleteRun: async (name) => deleted.push(name),

@@ -14,7 +14,7 @@ export type RunRetentionOptions = {
   /** `--keep-runs`: finished Runs kept per Pipeline, newest first; 0 keeps all. */
   readonly keep: number
   /** The informers' caches: no list call per pass. */
-  readonly runs: () => readonly RunObject[]
+  readonly run: (name: string) => RunObject | undefined
   readonly gates: () => readonly GateObject[]
   readonly schedule: (name: string) => ScheduleObject | undefined
   /** Deletes through the API; the Run reconciler's deleted() then forgets its output, as for any deleted Run. */
@@ -32,6 +32,8 @@ export type RunRetentionOptions = {
 export class RunRetention {
   readonly #options: RunRetentionOptions
   readonly #due = new Set<string>()
+  /** Each Pipeline's finished Runs by name: a pass reads the due Pipelines' alone, not every stored Run. */
+  readonly #finished = new Map<string, Set<string>>()
   /** Asked to be deleted and not yet gone from the cache: not asked again. */
   readonly #deleting = new Set<string>()
   #scheduled: NodeJS.Immediate | undefined
@@ -43,12 +45,21 @@ export class RunRetention {
   /** A Run changed; once it is finished, its Pipeline is pruned soon (a burst costs one pass). */
   changed(run: RunObject): void {
     if (this.#options.keep === 0 || !isFinal(run)) return
-    this.#due.add(run.spec.pipelineRef.name)
+    const pipeline = run.spec.pipelineRef.name
+    const finished = this.#finished.get(pipeline)
+    if (finished === undefined) this.#finished.set(pipeline, new Set([run.metadata?.name ?? ""]))
+    else finished.add(run.metadata?.name ?? "")
+    this.#due.add(pipeline)
     this.#scheduled ??= setImmediate(() => this.#prune())
   }
 
   deleted(run: RunObject): void {
-    this.#deleting.delete(run.metadata?.name ?? "")
+    const name = run.metadata?.name ?? ""
+    this.#deleting.delete(name)
+    const pipeline = run.spec.pipelineRef.name
+    const finished = this.#finished.get(pipeline)
+    finished?.delete(name)
+    if (finished?.size === 0) this.#finished.delete(pipeline)
   }
 
   stop(): void {
@@ -67,7 +78,7 @@ export class RunRetention {
         .map((gate) => gate.spec.runRef.name),
     )
     const now = (this.#options.now ?? Date.now)()
-    for (const run of runsToPrune(this.#options.runs(), pipelines, this.#options.keep)) {
+    for (const run of this.#beyondKeep(pipelines)) {
       const name = run.metadata?.name ?? ""
       if (this.#deleting.has(name) || waited.has(name) || this.#tickMayFireAgain(run, now)) continue
       this.#deleting.add(name)
@@ -76,6 +87,23 @@ export class RunRetention {
         this.#options.log("run.prune-failed", { run: name, error: errorMessage(error) })
       })
     }
+  }
+
+  /** The finished Runs of `pipelines` beyond each one's newest `keep`, newest by creation (then start). */
+  #beyondKeep(pipelines: ReadonlySet<string>): RunObject[] {
+    const beyond: RunObject[] = []
+    for (const pipeline of pipelines) {
+      const names = this.#finished.get(pipeline)
+      if (names === undefined || names.size <= this.#options.keep) continue
+      const runs: RunObject[] = []
+      for (const name of names) {
+        const run = this.#options.run(name)
+        if (run !== undefined) runs.push(run)
+      }
+      // Not push(...): a pipeline may be tens of thousands of runs over a new, lower --keep-runs.
+      for (const run of newestFirst(runs).slice(this.#options.keep)) beyond.push(run)
+    }
+    return beyond
   }
 
   /**
@@ -91,20 +119,6 @@ export class RunRetention {
       this.#options.schedule(schedule)?.spec.startingDeadlineSeconds ?? defaultStartingDeadlineSeconds
     return now - created(run) <= deadlineSeconds * 1000
   }
-}
-
-/** The finished Runs of `pipelines` beyond each one's newest `keep`, newest by creation (then start). */
-export function runsToPrune(runs: readonly RunObject[], pipelines: ReadonlySet<string>, keep: number): RunObject[] {
-  const finished = new Map<string, RunObject[]>()
-  for (const run of runs) {
-    const pipeline = run.spec.pipelineRef.name
-    if (!pipelines.has(pipeline) || !isFinal(run)) continue
-    const list = finished.get(pipeline)
-    if (list === undefined) finished.set(pipeline, [run])
-    else list.push(run)
-  }
-  // A pass runs after every burst of finished runs: a pipeline at its limit is sorted, by keys read once.
-  return [...finished.values()].flatMap((list) => (list.length <= keep ? [] : newestFirst(list).slice(keep)))
 }
 
 /** Creation times have whole seconds; the start time (milliseconds) orders runs created in the same second. */
