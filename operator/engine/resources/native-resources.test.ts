@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process"
 import { createHash, randomBytes } from "node:crypto"
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, expect, it } from "vitest"
@@ -111,6 +111,28 @@ describeDocker("nativeResources", () => {
     // The credentials reached the server, never the output.
     expect(server.requests.some((line) => line.includes("git-receive-pack"))).toBe(true)
     expect(events.join("")).not.toContain(credentials.password)
+  })
+
+  it("answers a check only once its clone is done, and then removes the clone", async () => {
+    // The clone is made in the system's temporary directory: here a private one, to see what is left in it.
+    const scratch = mkdtempSync(join(dir, "tmp-"))
+    const systemTmp = process.env.TMPDIR
+    process.env.TMPDIR = scratch
+    try {
+      const { result, output } = await runner.run(
+        `export const pipeline = async () => {
+          console.log(JSON.stringify(await nativeResources.check({ type: "git", source: ${JSON.stringify(source)} })))
+        }`,
+        { secrets },
+      )
+      expect(result.message).toBeNull()
+      expect(output("pipeline/console")).toBe(`${JSON.stringify([{ ref: second }])}\n`)
+    } finally {
+      if (systemTmp === undefined) delete process.env.TMPDIR
+      else process.env.TMPDIR = systemTmp
+    }
+    // Removed while it was still being made, it came back afterwards (or the check failed, cut short).
+    expect(readdirSync(scratch)).toEqual([])
   })
 
   it("fetches the branch's newest commit into a path inside a volume", async () => {

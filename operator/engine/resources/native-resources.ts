@@ -167,7 +167,7 @@ class Step {
     }
     const dir = await mkdtemp(join(tmpdir(), "runnel-git-"))
     try {
-      if (request.operation === "check") return gitCheck(source, version, dir, gitDeps)
+      if (request.operation === "check") return await gitCheck(source, version, dir, gitDeps)
       if (request.operation === "fetch") {
         const fetched = await gitFetch(source, version, dir, gitDeps)
         for (const task of await uploadTasks(this.#deps.mockImage, dir, request.destDir as VolumePlace))
