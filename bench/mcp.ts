@@ -8,7 +8,7 @@ import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { searchBeside, searchTasks } from "./mcp-search.ts"
 import type { BenchLine } from "./operator.ts"
 import { startRunnelServer } from "./runnel-server.ts"
-import { load, responder, secret } from "./webhooks.ts"
+import { load, storeResponder } from "./webhooks.ts"
 
 const rareWord = "quetzalcoatl"
 const commonWord = "info"
@@ -123,13 +123,7 @@ export async function runMcpBench(line: BenchLine, megabytes: number): Promise<v
         )
       }
 
-      const put = await fetch(`${url}/api/pipelines/hooked`, {
-        method: "PUT",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ content: responder, webhook_secret: secret }),
-      })
-      if (!put.ok) throw new Error(`storing the bench pipeline failed: ${await put.text()}`)
-      const hook = `${url}/api/webhooks/hooked`
+      const hook = await storeResponder(url)
       await load(hook, 40, 4) // warm-up
       const quiet: number[] = []
       const busy: number[] = []

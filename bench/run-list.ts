@@ -9,7 +9,7 @@ import { loadCrds } from "../kubeserver/resource-types.ts"
 import { pipelineLabel, pipelineOwnerReference, resourcePath, runnelApiVersion } from "../lib/kube/resources.ts"
 import type { BenchLine } from "./operator.ts"
 import { startRunnelServer, untilIdle } from "./runnel-server.ts"
-import { load, responder, secret } from "./webhooks.ts"
+import { load, storeResponder } from "./webhooks.ts"
 
 const crdsDir = join(import.meta.dirname, "..", "crds")
 const phases = ["success", "failure", "error", "aborted"] as const
@@ -112,14 +112,9 @@ export async function runListBench(line: BenchLine, count = 100_000): Promise<vo
     )
     // The same server with its 100,000 Runs: what a run costs must not grow with the history kept (the
     // operator's passes and retention look at unfinished Runs and due Pipelines, not at every stored Run).
-    const put = await fetch(`${url}/api/pipelines/hooked`, {
-      method: "PUT",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ content: responder, webhook_secret: secret }),
-    })
-    if (!put.ok) throw new Error(`storing the bench pipeline failed: ${await put.text()}`)
-    await load(`${url}/api/webhooks/hooked`, 20, 4) // warm-up
-    const hooks = await load(`${url}/api/webhooks/hooked`, 300, 16)
+    const hook = await storeResponder(url)
+    await load(hook, 20, 4) // warm-up
+    const hooks = await load(hook, 300, 16)
     line(
       `webhooks/s, ${count / 1000}k runs`,
       `${hooks.perSecond.toFixed(0)}/s p99 ${hooks.p99.toFixed(0)} ms`,

@@ -19,7 +19,7 @@ export const headers = {
   "X-GitHub-Event": "push",
   "X-Hub-Signature-256": signature,
 }
-export const responder = `export const pipeline = async () => {
+const responder = `export const pipeline = async () => {
   http.respond({ status: 200, body: { ok: true } })
 }
 `
@@ -47,6 +47,17 @@ function startFloor(dir: string): Promise<Server> {
   })
   server.on("close", () => db.close())
   return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)))
+}
+
+/** Stores the `responder` pipeline, `hooked`, with the bench's webhook secret; answers its webhook URL. */
+export async function storeResponder(url: string): Promise<string> {
+  const put = await fetch(`${url}/api/pipelines/hooked`, {
+    method: "PUT",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ content: responder, webhook_secret: secret }),
+  })
+  if (!put.ok) throw new Error(`storing the bench pipeline failed: ${await put.text()}`)
+  return `${url}/api/webhooks/hooked`
 }
 
 /** `count` requests, `concurrency` at a time: requests per second and the p99 latency. */
@@ -79,17 +90,12 @@ export async function runWebhookBench(line: BenchLine, count = 300): Promise<voi
   const { url, stop } = await startRunnelServer(dir, ["--max-queue-size", "1000"])
   const floor = await startFloor(dir)
   try {
-    const put = await fetch(`${url}/api/pipelines/hooked`, {
-      method: "PUT",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ content: responder, webhook_secret: secret }),
-    })
-    if (!put.ok) throw new Error(`storing the bench pipeline failed: ${await put.text()}`)
     const floorUrl = `http://127.0.0.1:${(floor.address() as AddressInfo).port}/`
-    await load(`${url}/api/webhooks/hooked`, 20, 4) // warm-up
+    const hook = await storeResponder(url)
+    await load(hook, 20, 4) // warm-up
     await load(floorUrl, 200, 4)
     const bare = await load(floorUrl, count * 4, 16)
-    const runnel = await load(`${url}/api/webhooks/hooked`, count, 16)
+    const runnel = await load(hook, count, 16)
     line(
       "webhooks/s",
       `${runnel.perSecond.toFixed(0)}/s p99 ${runnel.p99.toFixed(0)} ms`,
