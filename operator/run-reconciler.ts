@@ -188,10 +188,7 @@ export class RunReconciler {
     }
     if (active === undefined) forget()
     else void active.done.finally(forget)
-    this.#settled.delete(name)
-    this.#enqueued.delete(name)
-    this.#arrival.delete(name)
-    this.#unfinished.delete(name)
+    this.#done(name)
     this.schedule()
   }
 
@@ -265,15 +262,19 @@ export class RunReconciler {
     const name = run.metadata?.name
     if (name === undefined) return
     if (isFinal(run)) {
-      // Nothing is left to do for it: what this process noted about it goes.
-      this.#unfinished.delete(name)
-      this.#settled.delete(name)
-      this.#enqueued.delete(name)
-      this.#arrival.delete(name)
+      this.#done(name)
       return
     }
     this.#unfinished.add(name)
     if (!this.#arrival.has(name)) this.#arrival.set(name, ++this.#arrivals)
+  }
+
+  /** Nothing is left to do for a Run (final or deleted): what this process noted about it goes. */
+  #done(name: string): void {
+    this.#unfinished.delete(name)
+    this.#settled.delete(name)
+    this.#enqueued.delete(name)
+    this.#arrival.delete(name)
   }
 
   #pass(): void {

@@ -46,9 +46,9 @@ export class RunRetention {
   changed(run: RunObject): void {
     if (this.#options.keep === 0 || !isFinal(run)) return
     const pipeline = run.spec.pipelineRef.name
-    const finished = this.#finished.get(pipeline)
-    if (finished === undefined) this.#finished.set(pipeline, new Set([run.metadata?.name ?? ""]))
-    else finished.add(run.metadata?.name ?? "")
+    const finished = this.#finished.get(pipeline) ?? new Set<string>()
+    finished.add(run.metadata?.name ?? "")
+    this.#finished.set(pipeline, finished)
     this.#due.add(pipeline)
     this.#scheduled ??= setImmediate(() => this.#prune())
   }
