@@ -276,7 +276,9 @@ export class DockerHost {
     }
     const ended = streamEnd(answer)
     answer.on("data", demuxer(output))
-    signal.addEventListener("abort", () => (answer as unknown as { destroy(): void }).destroy?.(), { once: true })
+    const stop = () => (answer as unknown as { destroy(): void }).destroy?.()
+    signal.addEventListener("abort", stop, { once: true })
+    if (signal.aborted) stop() // while the daemon answered: the listener came too late
     await ended.catch((error: unknown) => {
       if (!signal.aborted) throw error
     })

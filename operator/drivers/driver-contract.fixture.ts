@@ -270,6 +270,41 @@ export function driverContract(name: string, make: () => Driver, options: Driver
       expect(performance.now() - started).toBeLessThan(10_000)
     })
 
+    it("kills the task when aborted at any moment of its start", async () => {
+      const { run } = await openRun()
+      // Event-loop turns, then milliseconds: each lands somewhere in the task's start, between two of its awaits.
+      const moments = [
+        ...Array.from({ length: 12 }, (_, turns) => ({
+          what: `${turns} turns`,
+          wait: async () => {
+            for (let turn = 0; turn < turns; turn++) await new Promise((resolve) => setImmediate(resolve))
+          },
+        })),
+        ...[1, 2, 4, 8, 16, 32, 64].map((ms) => ({
+          what: `${ms} ms`,
+          wait: () => new Promise((resolve) => setTimeout(resolve, ms)),
+        })),
+      ]
+      for (const { what, wait } of moments) {
+        const controller = new AbortController()
+        const reason = new Error(`stopped ${what} into the start`)
+        const exec = run.exec(shell("sleep 30"), collect(), controller.signal)
+        await wait()
+        controller.abort(reason)
+        let timer: NodeJS.Timeout | undefined
+        const missed = new Promise((resolve) => {
+          timer = setTimeout(() => resolve(`still running 10 s after an abort ${what} into its start`), 10_000)
+        })
+        const ended = exec.then(
+          () => "resolved",
+          (error: unknown) => error,
+        )
+        const outcome = await Promise.race([ended, missed])
+        clearTimeout(timer)
+        expect(outcome).toBe(reason)
+      }
+    }, 120_000)
+
     it("rejects at once when the signal is already aborted", async () => {
       const { run } = await openRun()
       const reason = new Error("stopped before it started")

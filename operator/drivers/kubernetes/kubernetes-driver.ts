@@ -222,6 +222,7 @@ class KubernetesRun implements RunDriver {
     const labels = this.#labels({ [kubernetesLabels.task]: labelValue(task.path) })
     const annotations = { [kubernetesLabels.owner]: processOwner, [kubernetesLabels.taskPath]: task.path }
     const owner = await this.#runOwner()
+    signal.throwIfAborted() // the pinned wait below listens for an abort, which may have come already
     const pinned = defaults.accessMode === "ReadWriteOnce" && this.#claims.size > 0
     let scheduled: ((node: string | undefined) => void) | undefined
     let node: string | undefined
@@ -278,6 +279,8 @@ class KubernetesRun implements RunDriver {
     let timer: NodeJS.Timeout | undefined
     let timedOut = false
     try {
+      // Aborted while the Pod was being created: the listener came too late, and the Pod goes in `finally`.
+      signal.throwIfAborted()
       if (env.length > 0) await this.#ownSecret(name, created)
       await watch.start()
       const remaining = task.timeoutMs === undefined ? undefined : task.timeoutMs - (performance.now() - startedAt)

@@ -236,6 +236,8 @@ class NativeRun implements RunDriver {
     if (!(await findExecutable(task.command.path, env.PATH, namespace === undefined ? cwd : undefined))) {
       throw spawnError(Object.assign(new Error("not found"), { code: "ENOENT" }), task.command.path, env.PATH)
     }
+    // The last await before the abort listener: an abort meanwhile would find no listener and leave the task running.
+    signal.throwIfAborted()
     // In the namespace the task works at its container paths, where the binds are (nested ones too).
     const command =
       namespace === undefined
