@@ -320,3 +320,45 @@ describe("the webhooks feature gate", () => {
     expect((await call(server.url, "POST", "/api/pipelines/p/trigger", { mode: "webhook" })).status).toBe(403)
   })
 })
+
+describe("a webhook whose client leaves before the answer", () => {
+  it("is let go at once, not held until --webhook-timeout, and its run goes on", async () => {
+    const server = await servers.start(["--webhook-timeout", "60s", "--metrics-port", "0"])
+    const metricsUrl = /metrics on (http:\/\/\S+\/metrics)/.exec(server.stdout())?.[1]
+    expect(metricsUrl).toBeDefined()
+    const lingering = `export const pipeline = async () => {
+  await runtime.run({ name: "wait", image: "busybox", command: { path: "sleep", args: ["30"] } })
+}
+`
+    const put = await call(server.url, "PUT", "/api/pipelines/lingering", {
+      content: lingering,
+      webhook_secret: secret,
+    })
+    expect(put.status).toBe(201)
+    const body = "{}"
+    const client = new AbortController()
+    const delivery = fetch(`${server.url}/api/webhooks/lingering`, {
+      method: "POST",
+      headers: { "X-Webhook-Signature": hex(body) },
+      body,
+      signal: client.signal,
+    }).catch((error: unknown) => error)
+    const [run] = await eventually(
+      async () => (await call(server.url, "GET", "/api/runs?pipeline_id=lingering")).body.items,
+      (items) => items.length === 1 && items[0].status === "running",
+      "the webhook's run is running, and its delivery waits for an answer",
+    )
+    client.abort()
+    expect(await delivery).toBeInstanceOf(Error)
+    // Counted when the server stopped waiting: at once, where it would be a minute later without the client's leaving.
+    const accepted = /^runnel_webhook_deliveries_total\{[^}]*outcome="accepted"[^}]*\} 1$/m
+    await eventually(
+      async () => (await fetch(metricsUrl as string)).text(),
+      (text) => accepted.test(text),
+      "the delivery is counted as accepted",
+      5_000,
+    )
+    expect((await call(server.url, "GET", `/api/runs/${run.id}`)).body.status).toBe("running")
+    server.child.kill("SIGTERM")
+  })
+})

@@ -1,3 +1,4 @@
+import type { ServerResponse } from "node:http"
 import Router from "@koa/router"
 import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
@@ -96,7 +97,7 @@ export function webhookRoutes(deps: WebhookRoutesDeps): Router {
 /** The pipeline's response when it gives one in time, else 202 with the run's id. */
 async function answer(ctx: Context, run: RunObject, deps: WebhookRoutesDeps): Promise<"accepted" | "answered"> {
   const id = run.metadata?.name ?? ""
-  const response = await responseOf(id, deps)
+  const response = await responseOf(id, deps, ctx.res)
   if (response === undefined) {
     ctx.status = 202
     ctx.body = { run_id: id }
@@ -114,9 +115,10 @@ async function answer(ctx: Context, run: RunObject, deps: WebhookRoutesDeps): Pr
 /**
  * Waits on the watched index for the Run's `status.webhookResponse`: resolves
  * with it, or with undefined once the run is final (or gone) without one, or
- * the timeout passes, or the client leaves.
+ * the timeout passes, or the client leaves (`res` closes before the
+ * answer: nothing waits on for a provider that gave up).
  */
-function responseOf(id: string, deps: WebhookRoutesDeps): Promise<RunWebhookResponse | undefined> {
+function responseOf(id: string, deps: WebhookRoutesDeps, res: ServerResponse): Promise<RunWebhookResponse | undefined> {
   return new Promise((resolve) => {
     let settled = false
     const settle = (response: RunWebhookResponse | undefined) => {
@@ -124,8 +126,10 @@ function responseOf(id: string, deps: WebhookRoutesDeps): Promise<RunWebhookResp
       settled = true
       clearTimeout(timer)
       unsubscribe()
+      res.off("close", left)
       resolve(response)
     }
+    const left = () => settle(undefined)
     const look = (run: RunObject | undefined) => {
       const response = run?.status?.webhookResponse
       if (response !== undefined) settle(response)
@@ -133,6 +137,9 @@ function responseOf(id: string, deps: WebhookRoutesDeps): Promise<RunWebhookResp
     }
     const timer = setTimeout(() => settle(undefined), deps.webhookTimeoutMs)
     const unsubscribe = deps.index.runs.onChange(id, look)
+    res.once("close", left)
+    // It may have left while the Run was being created.
+    if (res.closed) left()
     // The Run as this server created it is in the index; a response may already be there too.
     const current = deps.index.runs.get(id)
     if (current !== undefined) look(current)
