@@ -72,6 +72,21 @@ describe("SSE writer", () => {
     expect(sent).toBeLessThan(1_000) // bounded by socket buffers, not by the number of events
   })
 
+  it("is aborted from the start when its client left before it opened (a route that awaited first)", async () => {
+    let opened: (writer: SseWriter) => void = () => {}
+    const writer = new Promise<SseWriter>((resolve) => {
+      opened = resolve
+    })
+    server = createServer((_req, res) => res.once("close", () => opened(openSse(res))))
+    server.listen(0, "127.0.0.1")
+    await once(server, "listening")
+    const socket = connect((server.address() as AddressInfo).port, "127.0.0.1")
+    socket.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    socket.destroy()
+    expect((await writer).signal.aborted).toBe(true)
+  })
+
   it("drops a client that does not read with a comment after what it was sent, then ends the stream", async () => {
     const { socket, sse } = await pausedClient()
     let sent = 0

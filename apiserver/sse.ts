@@ -54,6 +54,8 @@ export function openSse(res: ServerResponse, { heartbeat = heartbeatMs }: { hear
   }
   res.once("close", stop)
   res.once("error", stop)
+  // Gone already, while the route awaited (a Run being created): 'close' came before this listened.
+  if (res.closed) stop()
   const write = (data: unknown, id?: number) => {
     if (gone.signal.aborted) return true
     return res.write(`${id === undefined ? "" : `id: ${id}\n`}data: ${JSON.stringify(data)}\n\n`)
