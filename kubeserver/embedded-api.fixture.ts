@@ -1,6 +1,7 @@
+import { once } from "node:events"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:http"
-import type { AddressInfo } from "node:net"
+import { type AddressInfo, connect } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { KubeConfig } from "@kubernetes/client-node"
@@ -56,4 +57,37 @@ export async function startEmbeddedApi(options: Partial<EmbeddedApiOptions> = {}
       rmSync(dir, { recursive: true, force: true })
     },
   }
+}
+
+/**
+ * GET `path` (below the API's prefix) handed to the API only once its client has left, as a request
+ * is when the client goes while it is authenticated or looked up: resolves, once it is handed over,
+ * with a count of what the API writes to that response from then on.
+ */
+export async function requestAfterClientLeft(api: EmbeddedApi, path: string): Promise<{ written(): number }> {
+  let written = 0
+  const handed = Promise.withResolvers<void>()
+  const late = createServer((req, res) =>
+    res.once("close", () => {
+      const write = res.write.bind(res) as (chunk: string | Buffer) => boolean
+      res.write = ((chunk: string | Buffer) => {
+        written++
+        return write(chunk)
+      }) as typeof res.write
+      api.handle(req, res)
+      handed.resolve()
+    }),
+  )
+  late.listen(0, "127.0.0.1")
+  await once(late, "listening")
+  try {
+    const socket = connect((late.address() as AddressInfo).port, "127.0.0.1")
+    socket.write(`GET ${api.prefix}${path} HTTP/1.1\r\nHost: x\r\n\r\n`)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    socket.destroy()
+    await handed.promise
+  } finally {
+    late.close()
+  }
+  return { written: () => written }
 }

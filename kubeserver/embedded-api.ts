@@ -504,6 +504,8 @@ function streamWatch(
   table: IncludeObject | undefined,
   res: ServerResponse,
 ) {
+  // Gone while the request was authenticated, before anything listened for its close: nobody to watch for.
+  if (res.closed) return
   const timeout = query.get("timeoutSeconds")
   const present = (event: WatchEvent): WatchEvent | { type: string; object: unknown } => {
     if (table === undefined || event.type === "ERROR" || event.type === "BOOKMARK") return event

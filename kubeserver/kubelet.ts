@@ -275,6 +275,7 @@ export class Kubelet {
     res.flushHeaders()
     const stop = new AbortController()
     res.on("close", () => stop.abort())
+    if (res.closed) stop.abort() // it left while the container was looked up
     let left = options.limitBytes ?? Number.POSITIVE_INFINITY
     let sent = 0
     const write = (chunk: Buffer) => {

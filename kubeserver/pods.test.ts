@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { refusal } from "../lib/kube/kube-api-contract.fixture.ts"
 import { describeDocker, dockerHost } from "../test/docker.ts"
 import type { RunningApi } from "./embedded-api.fixture.ts"
-import { startEmbeddedApi } from "./embedded-api.fixture.ts"
+import { requestAfterClientLeft, startEmbeddedApi } from "./embedded-api.fixture.ts"
 
 // What only the embedded API's node lets a test drive; the Pod semantics a cluster shares are in
 // ../lib/kube/kube-api-contract.fixture.ts (kubePodContract).
@@ -105,6 +105,21 @@ describeDocker("Pods of the embedded API in Docker", () => {
     expect(both.status.message).toContain("tailLines")
     expect((await refusal(log({ stream: "Neither" }))).code).toBe(422)
     expect((await refusal(log({ limitBytes: 0 }))).code).toBe(422)
+  })
+
+  it("follows no log for a client that left while the container was looked up", async () => {
+    await core.createNamespacedPod({ namespace, body: pod("chatty", "while true; do echo tick; sleep 0.1; done") })
+    try {
+      await podWhen(core, "chatty", (found) => found.status?.containerStatuses?.[0]?.state?.running !== undefined)
+      const late = await requestAfterClientLeft(
+        running.api,
+        `/api/v1/namespaces/${namespace}/pods/chatty/log?follow=true`,
+      )
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      expect(late.written()).toBe(0)
+    } finally {
+      await core.deleteNamespacedPod({ namespace, name: "chatty", gracePeriodSeconds: 0 })
+    }
   })
 
   it("gives a privileged container its privilege in Docker (which starts it, or says why it cannot)", async () => {

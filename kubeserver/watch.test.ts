@@ -2,7 +2,7 @@ import type { KubernetesObject } from "@kubernetes/client-node"
 import { CustomObjectsApi, makeInformer, Watch } from "@kubernetes/client-node"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import type { RunningApi } from "./embedded-api.fixture.ts"
-import { startEmbeddedApi } from "./embedded-api.fixture.ts"
+import { requestAfterClientLeft, startEmbeddedApi } from "./embedded-api.fixture.ts"
 
 type Event = { type: string; object: KubernetesObject & { code?: number; reason?: string; message?: string } }
 
@@ -84,6 +84,13 @@ describe("watch", () => {
     const response = await fetch(`${running.server}${path}?limit=1&continue=${page.metadata.continue}`)
     expect(response.status).toBe(410)
     expect(await response.json()).toMatchObject({ reason: "Expired", code: 410 })
+  })
+
+  it("writes nothing to a watch whose client left before it was served (while it was authenticated, say)", async () => {
+    const late = await requestAfterClientLeft(running.api, `${path}?watch=true`)
+    await objects.createNamespacedCustomObject({ ...pipelines, body: body("after-the-client-left") })
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(late.written()).toBe(0)
   })
 
   it("ends after timeoutSeconds", async () => {
