@@ -116,7 +116,7 @@ async function answer(ctx: Context, run: RunObject, deps: WebhookRoutesDeps): Pr
  * Waits on the watched index for the Run's `status.webhookResponse`: resolves
  * with it, or with undefined once the run is final (or gone) without one, or
  * the timeout passes, or the client leaves (`res` closes before the
- * answer: nothing waits on for a provider that gave up).
+ * answer), so that a provider that gave up is not waited for.
  */
 function responseOf(id: string, deps: WebhookRoutesDeps, res: ServerResponse): Promise<RunWebhookResponse | undefined> {
   return new Promise((resolve) => {
