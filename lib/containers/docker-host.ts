@@ -1,3 +1,4 @@
+import { addAbortListener } from "node:events"
 import { Agent } from "node:http"
 import type { Readable } from "node:stream"
 import Docker from "dockerode"
@@ -276,9 +277,8 @@ export class DockerHost {
     }
     const ended = streamEnd(answer)
     answer.on("data", demuxer(output))
-    const stop = () => (answer as unknown as { destroy(): void }).destroy?.()
-    signal.addEventListener("abort", stop, { once: true })
-    if (signal.aborted) stop() // while the daemon answered: the listener came too late
+    // Called at once too if the signal was aborted while the daemon answered.
+    addAbortListener(signal, () => (answer as unknown as { destroy(): void }).destroy?.())
     await ended.catch((error: unknown) => {
       if (!signal.aborted) throw error
     })
