@@ -23,13 +23,20 @@ type Hook = { status: number; body: string; headers: Headers; ms: number }
 async function hook(
   server: ServerProcess,
   pipeline: string,
-  options: { method?: string; headers?: Record<string, string>; body?: string; query?: string } = {},
+  options: {
+    method?: string
+    headers?: Record<string, string>
+    body?: string
+    query?: string
+    signal?: AbortSignal
+  } = {},
 ): Promise<Hook> {
   const started = performance.now()
   const response = await fetch(`${server.url}/api/webhooks/${pipeline}${options.query ?? ""}`, {
     method: options.method ?? "POST",
     headers: options.headers ?? {},
     ...(options.body === undefined ? {} : { body: options.body }),
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
   })
   return {
     status: response.status,
@@ -337,8 +344,7 @@ describe("a webhook whose client leaves before the answer", () => {
     expect(put.status).toBe(201)
     const body = "{}"
     const client = new AbortController()
-    const delivery = fetch(`${server.url}/api/webhooks/lingering`, {
-      method: "POST",
+    const delivery = hook(server, "lingering", {
       headers: { "X-Webhook-Signature": hex(body) },
       body,
       signal: client.signal,
