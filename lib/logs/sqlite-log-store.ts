@@ -68,7 +68,6 @@ const rowChars = 16 << 10
  * Shorter transactions index slower (each commit closes an FTS5 segment).
  */
 const transactionMs = 50
-/** The writer copies the WAL into the database file after about this much text: SQLite's default, 1000 pages. */
 /**
  * Indexing waits until no output has arrived for this long. Indexing costs more
  * CPU per MB than ingest, and on two cores indexing beside a full-speed stream
@@ -77,6 +76,7 @@ const transactionMs = 50
 const indexIdleMs = 250
 /** Output that keeps coming is indexed anyway once it has waited this long: search lags ingest by about this much. */
 const maxIndexLagMs = 1_000
+/** The writer copies the WAL into the database file after about this much text: SQLite's default, 1000 pages. */
 const checkpointChars = 4 << 20
 const defaultSearchLimit = 20
 /** Queries with at most this many matching rows (of 16 KiB at most each) are ranked by BM25; more, newest first. */
