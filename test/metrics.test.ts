@@ -6,14 +6,13 @@ import { startEmbeddedApi } from "../kubeserver/embedded-api.fixture.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
 import { root } from "./cli.ts"
 import { describeDocker } from "./docker.ts"
-import { call, eventually, runToEnd, type ServerProcess, script, serverProcesses } from "./server-process.ts"
+import { call, eventually, metricsLine, metricsOf, runToEnd, script, serverProcesses } from "./server-process.ts"
 
 // The Prometheus endpoint of --metrics-port, scraped over loopback from real `runnel` processes after real runs
 // and webhook deliveries: what moved is what a person watching the dashboards would expect to move.
 const servers = serverProcesses("runnel-metrics-test-")
 afterAll(() => servers.cleanUp())
 
-const metricsLine = /metrics on (http:\/\/\S+)\/metrics/
 const secret = "metrics-hook-secret-7d1e"
 const signature = (body: string) => `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`
 const answering = `export const pipeline = async () => {
@@ -65,12 +64,6 @@ async function scrape(metricsUrl: string): Promise<Scrape> {
 /** Scrapes until `holds` (the gauges follow the operator's cache, the histograms the runs' ends). */
 const scrapeUntil = (metricsUrl: string, holds: (scraped: Scrape) => boolean, what: string) =>
   eventually(() => scrape(metricsUrl), holds, what)
-
-const metricsOf = (server: ServerProcess) => {
-  const url = metricsLine.exec(server.stdout())?.[1]
-  if (url === undefined) throw new Error(`no metrics line in ${server.stdout()}`)
-  return url
-}
 
 describeDocker("GET /metrics of runnel server --metrics-port", () => {
   it("counts a docker task, its run, a signed webhook's answer and refused deliveries, with no names in labels", async () => {

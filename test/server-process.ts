@@ -75,6 +75,16 @@ export function serverProcesses(prefix: string) {
   }
 }
 
+/** The line `--metrics-port` prints: its capture is the metrics server's base URL. */
+export const metricsLine = /metrics on (http:\/\/\S+)\/metrics/
+
+/** The base URL of a server's metrics port, from the line it printed. */
+export function metricsOf(server: ServerProcess): string {
+  const url = metricsLine.exec(server.stdout())?.[1]
+  if (url === undefined) throw new Error(`no metrics line in ${server.stdout()}`)
+  return url
+}
+
 // biome-ignore lint/suspicious/noExplicitAny: the tests read JSON answers field by field and compare them with expect.
 export type Answer = { status: number; body: any; type: string | null }
 

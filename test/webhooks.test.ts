@@ -2,7 +2,7 @@ import { createHmac } from "node:crypto"
 import { sign as githubSign } from "@octokit/webhooks-methods"
 import Stripe from "stripe"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { call, eventually, type ServerProcess, serverProcesses } from "./server-process.ts"
+import { call, eventually, metricsOf, type ServerProcess, serverProcesses } from "./server-process.ts"
 
 // Incoming webhooks through a real `runnel server`: every provider signed as it signs (with its own npm
 // library where one exists), the Run created before the answer, and the answers of interface.md.
@@ -331,8 +331,7 @@ describe("the webhooks feature gate", () => {
 describe("a webhook whose client leaves before the answer", () => {
   it("is let go at once, not held until --webhook-timeout, and its run goes on", async () => {
     const server = await servers.start(["--webhook-timeout", "60s", "--metrics-port", "0"])
-    const metricsUrl = /metrics on (http:\/\/\S+\/metrics)/.exec(server.stdout())?.[1]
-    expect(metricsUrl).toBeDefined()
+    const metricsUrl = `${metricsOf(server)}/metrics`
     const lingering = `export const pipeline = async () => {
   await runtime.run({ name: "wait", image: "busybox", command: { path: "sleep", args: ["30"] } })
 }
@@ -359,7 +358,7 @@ describe("a webhook whose client leaves before the answer", () => {
     // Counted when the server stopped waiting: at once, where it would be a minute later without the client's leaving.
     const accepted = /^runnel_webhook_deliveries_total\{[^}]*outcome="accepted"[^}]*\} 1$/m
     await eventually(
-      async () => (await fetch(metricsUrl as string)).text(),
+      async () => (await fetch(metricsUrl)).text(),
       (text) => accepted.test(text),
       "the delivery is counted as accepted",
       5_000,
