@@ -95,7 +95,7 @@ export async function runInSandbox(
   limits: SandboxLimits,
   signal: AbortSignal,
 ): Promise<void> {
-  const { isolate, context: preparedContext, prelude: preparedPrelude } = takeIsolate(limits.memoryMb)
+  const { isolate, context, prelude: preludeScript } = await takeIsolate(limits.memoryMb)
   let stopped: Error | undefined
   const stop = (reason: Error) => {
     stopped ??= reason
@@ -133,9 +133,8 @@ export async function runInSandbox(
   signal.addEventListener("abort", onAbort, { once: true })
   try {
     if (signal.aborted) throw signal.reason
-    const context = await preparedContext
     await context.global.set("__runnelHost", hostObject(globals, host, clock), { copy: true })
-    await (await preparedPrelude).run(context)
+    await preludeScript.run(context)
     const main = await compileCached(
       isolate,
       `__runnelMain(function () {\n${script.code}\n})`,
@@ -160,18 +159,14 @@ export async function runInSandbox(
   } finally {
     clearTimeout(timer)
     signal.removeEventListener("abort", onAbort)
-    // After the run's end is handled: the isolate is done either way, and disposing of it takes this thread.
-    setImmediate(() => {
-      if (!isolate.isDisposed) isolate.dispose()
-    })
+    dispose(isolate)
   }
 }
 
 type Prepared = {
   readonly isolate: ivm.Isolate
-  readonly memoryMb: number
-  readonly context: Promise<ivm.Context>
-  readonly prelude: Promise<ivm.Script>
+  readonly context: ivm.Context
+  readonly prelude: ivm.Script
 }
 
 /** V8's code cache of one source, made by its first compile, so that later isolates skip parsing it. */
@@ -206,44 +201,86 @@ async function compileCached(
 }
 
 /**
- * How many isolates wait, made ahead of need, with a context and the prelude
- * compiled. Making one costs about 1-2 ms of this thread (and the rest more
- * on the isolate's own), which is then off the critical path of the run that
- * takes it. Each is taken
- * by exactly one run and disposed at its end, never shared; the pool fills
- * only after a first script run (a server that runs none holds none) and one
- * idle isolate costs about 1-2 MiB.
+ * Isolates are made and disposed of by an isolate of their own, the factory,
+ * since `new ivm.Isolate()` and `dispose()` are synchronous in the isolate
+ * that calls them: about 1.5 ms of V8's work per run, which then runs on
+ * isolated-vm's threads rather than on this one, beside the API and the
+ * engine. The factory holds isolated-vm's module and runs only the two
+ * functions below, never a pipeline's code.
  */
-const warmIsolates = 1
-const warm: Prepared[] = []
-let refilling = false
+type Factory = {
+  readonly isolate: ivm.Isolate
+  readonly make: ivm.Reference<(memoryMb: number) => ivm.Isolate>
+  readonly dispose: ivm.Reference<(isolate: ivm.Isolate) => void>
+}
+let factory: Factory | undefined
 
-function prepare(memoryMb: number): Prepared {
-  const isolate = new ivm.Isolate({ memoryLimit: memoryMb })
-  const context = isolate.createContext()
-  const preludeScript = compileCached(isolate, prelude, { filename: "runnel:prelude" }, preludeCache)
-  // A disposed isolate's context or prelude: the run that took it reports why.
-  context.catch(() => {})
-  preludeScript.catch(() => {})
-  return { isolate, memoryMb, context, prelude: preludeScript }
+function isolateFactory(): Factory {
+  if (factory === undefined || factory.isolate.isDisposed) {
+    const isolate = new ivm.Isolate({ memoryLimit: 16 })
+    const context = isolate.createContextSync()
+    context.global.setSync("ivm", ivm)
+    factory = {
+      isolate,
+      make: context.evalSync("(memoryLimit) => new ivm.Isolate({ memoryLimit })", { reference: true }),
+      dispose: context.evalSync("(isolate) => { if (!isolate.isDisposed) isolate.dispose() }", { reference: true }),
+    }
+  }
+  return factory
 }
 
-/** A fresh isolate and its context for one run, from the warm ones when one has the run's memory limit. */
-function takeIsolate(memoryMb: number): Prepared {
-  let taken: Prepared | undefined
-  while (taken === undefined && warm.length > 0) {
-    const next = warm.pop() as Prepared
-    if (next.memoryMb === memoryMb && !next.isolate.isDisposed) taken = next
-    else if (!next.isolate.isDisposed) next.isolate.dispose()
+function dispose(isolate: ivm.Isolate): void {
+  if (isolate.isDisposed) return
+  isolateFactory()
+    .dispose.apply(undefined, [isolate])
+    .catch(() => {})
+}
+
+/** A fresh isolate with a context and the prelude compiled; nothing is left behind when that fails. */
+async function prepare(memoryMb: number): Promise<Prepared> {
+  const isolate = await isolateFactory().make.apply(undefined, [memoryMb])
+  try {
+    const [context, preludeScript] = await Promise.all([
+      isolate.createContext(),
+      compileCached(isolate, prelude, { filename: "runnel:prelude" }, preludeCache),
+    ])
+    return { isolate, context, prelude: preludeScript }
+  } catch (error) {
+    dispose(isolate)
+    throw error
   }
-  if (!refilling) {
-    refilling = true
-    setImmediate(() => {
-      refilling = false
-      while (warm.length < warmIsolates) warm.push(prepare(memoryMb))
-    })
+}
+
+/**
+ * How many isolates wait, made ahead of need, so that a run does not wait
+ * the 2-3 ms of making one. Each is taken by exactly one run and disposed of
+ * at its end, never shared; the pool fills only after a first script run (a
+ * server that runs none holds none) and one idle isolate costs about 1-2 MiB.
+ */
+const warmIsolates = 1
+const warm: { readonly memoryMb: number; readonly prepared: Promise<Prepared> }[] = []
+
+/** A fresh isolate and its context for one run, a warm one when it has the run's memory limit. */
+async function takeIsolate(memoryMb: number): Promise<Prepared> {
+  const waiting = warm.splice(0)
+  while (warm.length < warmIsolates) {
+    const prepared = prepare(memoryMb)
+    // A warm isolate that failed to be made: the run that takes it makes another.
+    prepared.catch(() => {})
+    warm.push({ memoryMb, prepared })
   }
-  return taken ?? prepare(memoryMb)
+  for (const { memoryMb: limit, prepared } of waiting) {
+    if (limit !== memoryMb) {
+      prepared.then(
+        ({ isolate }) => dispose(isolate),
+        () => {},
+      )
+      continue
+    }
+    const taken = await prepared.catch(() => undefined)
+    if (taken !== undefined && !taken.isolate.isDisposed) return taken
+  }
+  return prepare(memoryMb)
 }
 
 function hostObject(globals: ScriptGlobals, host: ScriptHost, clock: { pause(): void; resume(): void }) {
