@@ -44,7 +44,7 @@ export type ApiServerDeps = {
     GateRoutesDeps["resources"] &
     ScheduleRoutesDeps["resources"]
   /** The same resources as the watch keeps them, with this server's writes applied at once. */
-  index: Pick<ResourceIndex, "pipelines" | "runs">
+  index: Pick<ResourceIndex, "pipelines" | "runs" | "webhookSecrets">
   /** Pipeline secrets (write-only through the API) and the global secrets a run is given. */
   secrets: SecretStore
   /** Task output, as the operator stores it. */

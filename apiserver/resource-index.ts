@@ -1,7 +1,7 @@
 import type { Log } from "../lib/core/log.ts"
-import type { KubeConfig, KubernetesObject } from "../lib/kube/client-node.js"
+import type { KubeConfig, KubernetesObject, V1Secret } from "../lib/kube/client-node.js"
 import { startInformer } from "../lib/kube/informer.ts"
-import type { ResourceClient } from "../lib/kube/resource-client.ts"
+import { type ResourceClient, webhookSecretSelector } from "../lib/kube/resource-client.ts"
 import type { GateObject, PipelineObject, RunnelPlural, RunObject } from "../lib/kube/resources.ts"
 
 /**
@@ -11,10 +11,15 @@ import type { GateObject, PipelineObject, RunnelPlural, RunObject } from "../lib
  * The API server's own writes are applied at once (`observe`, `forget`), so a
  * client reads what it has just written; writes by others arrive with the
  * watch, a few milliseconds later, as they would from any informer.
+ *
+ * The webhook Secrets runnel wrote are followed too, so that a delivery's
+ * signature is checked without a read per delivery (one of the embedded
+ * API's five requests per webhook run).
  */
 export type ResourceIndex = {
   readonly pipelines: ObjectIndex<PipelineObject>
   readonly runs: RunIndex
+  readonly webhookSecrets: ObjectIndex<V1Secret>
   stop(): Promise<void>
 }
 
@@ -27,7 +32,7 @@ export type IndexHandlers<T> = {
 export async function startResourceIndex(options: {
   kubeConfig: KubeConfig
   /** Lists and paths of the namespace the index follows. */
-  client: Pick<ResourceClient, "namespace" | "path" | "list">
+  client: Pick<ResourceClient, "namespace" | "path" | "list" | "secretsPath" | "listWebhookSecrets">
   log: Log
   /** Told of every Pipeline change after the first list (the audit of changes made with kubectl). */
   pipelineHandlers?: IndexHandlers<PipelineObject>
@@ -59,9 +64,22 @@ export async function startResourceIndex(options: {
       },
       log,
     })
+  const webhookSecrets = new ObjectIndex<V1Secret>()
   const informers = await Promise.all([
     follow("pipelines", pipelines, options.pipelineHandlers),
     follow<RunObject>("runs", runs),
+    startInformer<V1Secret>({
+      kubeConfig,
+      namespace: client.namespace,
+      path: client.secretsPath(),
+      list: () => client.listWebhookSecrets(),
+      labelSelector: webhookSecretSelector,
+      handlers: {
+        changed: (secret) => webhookSecrets.observe(secret),
+        deleted: (secret) => webhookSecrets.forget(secret),
+      },
+      log,
+    }),
     ...(options.gateHandlers === undefined
       ? []
       : [follow("gates", new ObjectIndex<GateObject>(), options.gateHandlers)]),
@@ -70,6 +88,7 @@ export async function startResourceIndex(options: {
   return {
     pipelines,
     runs,
+    webhookSecrets,
     stop: async () => {
       await Promise.all(informers.map((informer) => informer.stop()))
     },

@@ -196,7 +196,8 @@ const resourceOf: Record<string, readonly string[]> = {
 /**
  * What the production code (not the embedded API, which serves these calls) asks a Kubernetes API for, read
  * from its client-node calls: `<verb>Namespaced<Kind>(` methods; makeInformer (the operator's informers of
- * runnel's resources: list and watch); raw paths `/api/v1/namespaces/${…}/<resource>` watched with `new Watch(`
+ * runnel's resources: list and watch); startInformer on secretsPath() (the API server's index of webhook
+ * Secrets: watch); raw paths `/api/v1/namespaces/${…}/<resource>` watched with `new Watch(`
  * and `…/<resource>/${…}/<subresource>` requested (get).
  */
 function usedVerbs(): Map<string, string[]> {
@@ -213,6 +214,7 @@ function usedVerbs(): Map<string, string[]> {
     if (/\bmakeInformer</.test(text)) {
       for (const plural of runnelPlurals) for (const verb of ["list", "watch"]) add(`runnel.dev/${plural}`, verb)
     }
+    if (/\bstartInformer</.test(text) && /\bsecretsPath\(\)/.test(text)) add("/secrets", "watch")
     for (const match of text.matchAll(/\/api\/v1\/namespaces\/\$\{[^}]+\}\/([a-z]+)(?:\/\$\{[^}]+\}\/([a-z]+))?/g)) {
       if (match[2] !== undefined) add(`/${match[1]}/${match[2]}`, "get")
       else if (/new Watch\(/.test(text)) add(`/${match[1]}`, "watch")

@@ -233,6 +233,66 @@ describe("incoming webhooks", () => {
     })
     expect(stripe.status).toBe(401)
   })
+
+  const secretsPath = "/k8s/api/v1/namespaces/default/secrets"
+  const changeSecret = async (name: string, stringData: Record<string, string>) => {
+    const response = await fetch(`${server.url}${secretsPath}/${name}`, {
+      method: "PATCH",
+      headers: { "Content-Type": "application/merge-patch+json" },
+      body: JSON.stringify({ stringData }),
+    })
+    expect(response.status).toBe(200)
+  }
+  const githubSigned = (key: string, body: string) => ({
+    "X-GitHub-Event": "push",
+    "X-Hub-Signature-256": `sha256=${createHmac("sha256", key).update(body).digest("hex")}`,
+  })
+
+  it("checks a webhook Secret changed through the Kubernetes API with its new value at once, and closes on its deletion", async () => {
+    expect(
+      (await call(server.url, "PUT", "/api/pipelines/rotated", { content: quiet, webhook_secret: "old" })).status,
+    ).toBe(201)
+    const body = "{}"
+    expect((await hook(server, "rotated", { headers: githubSigned("old", body), body })).status).toBe(202)
+    await changeSecret("runnel-webhook-rotated", { webhookSecret: "new" })
+    // Straight after the change, before its watch event may have arrived: the new value is read.
+    expect((await hook(server, "rotated", { headers: githubSigned("new", body), body })).status).toBe(202)
+    await eventually(
+      () => hook(server, "rotated", { headers: githubSigned("old", body), body }),
+      (answer) => answer.status === 401,
+      "the old value is refused",
+      5_000,
+    )
+    expect((await call(server.url, "DELETE", `${secretsPath}/runnel-webhook-rotated`)).status).toBe(200)
+    const closed = await hook(server, "rotated", { headers: githubSigned("new", body), body })
+    expect(closed.status).toBe(503)
+    expect(JSON.parse(closed.body).error).toMatch(
+      /Secret "runnel-webhook-rotated", key "webhookSecret"\) cannot be found/,
+    )
+  })
+
+  it("checks deliveries against a Secret of the user's own that a Pipeline names, read each time", async () => {
+    const created = await call(server.url, "POST", secretsPath, {
+      apiVersion: "v1",
+      kind: "Secret",
+      metadata: { name: "own-hook-secret" },
+      stringData: { token: "mine" },
+    })
+    expect(created.status).toBe(201)
+    const stored = await call(server.url, "POST", "/k8s/apis/runnel.dev/v1alpha1/namespaces/default/pipelines", {
+      apiVersion: "runnel.dev/v1alpha1",
+      kind: "Pipeline",
+      metadata: { name: "own-secret" },
+      spec: { content: quiet, webhookSecretRef: { name: "own-hook-secret", key: "token" } },
+    })
+    expect(stored.status).toBe(201)
+    const body = "{}"
+    expect((await hook(server, "own-secret", { headers: githubSigned("mine", body), body })).status).toBe(202)
+    expect((await hook(server, "own-secret", { headers: githubSigned("theirs", body), body })).status).toBe(401)
+    await changeSecret("own-hook-secret", { token: "changed" })
+    expect((await hook(server, "own-secret", { headers: githubSigned("mine", body), body })).status).toBe(401)
+    expect((await hook(server, "own-secret", { headers: githubSigned("changed", body), body })).status).toBe(202)
+  })
 })
 
 describe("the pipeline's answer", () => {

@@ -40,7 +40,7 @@ export type PipelineRoutesDeps = {
     | "list"
     | "deleteSchedule"
   >
-  index: Pick<ResourceIndex, "pipelines" | "runs">
+  index: Pick<ResourceIndex, "pipelines" | "runs" | "webhookSecrets">
   /** Where pipeline secrets go: written here, never read back through the API. */
   secrets: Pick<SecretStore, "set" | "deleteScope">
   /** Where webhook bodies too large for a Run wait for it. */
@@ -112,7 +112,7 @@ export function pipelineRoutes({
   /** The parts of a write kept outside the Pipeline: its webhook Secret and its secrets. */
   const storeWriteOnly = async (pipeline: PipelineObject, write: PipelineWrite, previous?: PipelineSpec) => {
     if (write.webhookSecret !== undefined && write.webhookSecret !== "") {
-      await resources.putWebhookSecret(pipeline, write.webhookSecret)
+      index.webhookSecrets.observe(await resources.putWebhookSecret(pipeline, write.webhookSecret))
     } else if (write.webhookSecret === "" && previous?.webhookSecretRef !== undefined) {
       await resources.deleteSecret(previous.webhookSecretRef.name)
     }

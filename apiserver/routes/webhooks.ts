@@ -4,18 +4,21 @@ import type { Context } from "koa"
 import type { Feature } from "../../lib/config/features.ts"
 import { featureDisabled, notFound, RunnelError } from "../../lib/core/errors.ts"
 import { isFinalRunStatus } from "../../lib/core/status.ts"
-import type { ResourceClient } from "../../lib/kube/resource-client.ts"
+import { type ResourceClient, webhookSecretIn } from "../../lib/kube/resource-client.ts"
 import type { RunObject, RunWebhookResponse } from "../../lib/kube/resources.ts"
 import type { ApiMetrics, WebhookOutcome } from "../../lib/metrics/metrics.ts"
 import { rawBody } from "../body.ts"
 import { findPipeline } from "../find-pipeline.ts"
 import { admitRun, type NewRunDeps, refuseIfPaused } from "../new-run.ts"
+import type { ResourceIndex } from "../resource-index.ts"
 import type { RouteAccess } from "../route-access.ts"
-import { detectProvider, providerOf, verifyWebhook } from "../webhooks/providers.ts"
+import { detectProvider, providerOf, verifyWithWatchedSecret } from "../webhooks/providers.ts"
 import { webhookRun } from "../webhooks/webhook-run.ts"
 
 export type WebhookRoutesDeps = NewRunDeps & {
   resources: Pick<ResourceClient, "webhookSecret">
+  /** Its webhook Secrets, read before the Secret itself is. */
+  index: Pick<ResourceIndex, "webhookSecrets">
   features: readonly Feature[]
   /** Larger bodies answer 413. */
   maxBodyBytes: number
@@ -84,8 +87,14 @@ export function webhookRoutes(deps: WebhookRoutesDeps): Router {
     refuseIfPaused(pipeline)
     const request = { method: ctx.method, headers: ctx.req.headers, rawBody: body, query: ctx.query, url: ctx.url }
     const { provider } = detectProvider(request)
-    const secret = await deps.resources.webhookSecret(pipeline)
-    const verdict = verifyWebhook(request, provider, secret, { now: new Date(), maxAgeMs: deps.webhookMaxAgeMs })
+    const watched = deps.index.webhookSecrets.get(pipeline.spec.webhookSecretRef?.name ?? "")
+    const verdict = await verifyWithWatchedSecret(
+      request,
+      provider,
+      webhookSecretIn(pipeline, watched),
+      () => deps.resources.webhookSecret(pipeline),
+      { now: new Date(), maxAgeMs: deps.webhookMaxAgeMs },
+    )
     if (!verdict.ok) throw new RunnelError(401, "unauthorized", verdict.message)
     const run = await admitRun(deps, pipeline, webhookRun(request, provider))
     return answer(ctx, run, deps)

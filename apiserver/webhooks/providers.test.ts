@@ -1,6 +1,6 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { detectProvider, verifyWebhook, webhookProviders } from "./providers.ts"
+import { detectProvider, verifyWebhook, verifyWithWatchedSecret, webhookProviders } from "./providers.ts"
 import { clock, hmacHex, refusal, secret, webhookRequest } from "./test-request.fixture.ts"
 import type { IncomingWebhook } from "./webhook-provider.ts"
 
@@ -107,6 +107,50 @@ describe("webhook verification", () => {
       "x-slack-request-timestamp": `${t}`,
     }
     expect(verifyWebhook(webhookRequest(headers, body), "slack", secret)).toEqual({ ok: true })
+  })
+})
+
+describe("verification with a watched secret", () => {
+  const body = '{"ref":"main"}'
+  const signedWith = (key: string) =>
+    webhookRequest({ "x-github-event": "push", "x-hub-signature-256": `sha256=${hmacHex(key, body)}` }, body)
+  const reader = (value: string | undefined) => {
+    const reads: number[] = []
+    const read = async () => {
+      reads.push(1)
+      return value
+    }
+    return { reads, read }
+  }
+
+  it("takes a delivery signed with the watched secret without reading it", async () => {
+    const { reads, read } = reader(secret)
+    expect(await verifyWithWatchedSecret(signedWith(secret), "github", secret, read, clock)).toEqual({ ok: true })
+    expect(reads).toHaveLength(0)
+  })
+
+  it("reads the secret when the watch holds none or holds one a change has not reached yet", async () => {
+    const none = reader(secret)
+    expect(await verifyWithWatchedSecret(signedWith(secret), "github", undefined, none.read, clock)).toEqual({
+      ok: true,
+    })
+    expect(none.reads).toHaveLength(1)
+    const stale = reader("rotated")
+    expect(await verifyWithWatchedSecret(signedWith("rotated"), "github", secret, stale.read, clock)).toEqual({
+      ok: true,
+    })
+    expect(stale.reads).toHaveLength(1)
+  })
+
+  it("refuses what neither verifies, with the message of the secret read, and passes a failed read on", async () => {
+    const { read } = reader("rotated")
+    expect(
+      refusal(await verifyWithWatchedSecret(signedWith(`${secret}x`), "github", secret, read, clock), secret),
+    ).toMatch(/does not match the body/)
+    const gone = async () => {
+      throw new Error("the Secret is gone")
+    }
+    await expect(verifyWithWatchedSecret(signedWith("x"), "github", secret, gone, clock)).rejects.toThrow(/gone/)
   })
 })
 

@@ -74,3 +74,21 @@ export function verifyWebhook(
   }
   return found.verify(request, secret, options)
 }
+
+/**
+ * verifyWebhook with the secret a watch holds (`watched`; undefined when it
+ * holds none) and, when that does not verify, with the one `read` reads
+ * now: the watch may not have brought a secret changed a moment ago. A
+ * delivery signed with the watched secret costs no read; a rejection of
+ * `read` (the secret gone) is the caller's to answer.
+ */
+export async function verifyWithWatchedSecret(
+  request: IncomingWebhook,
+  provider: string,
+  watched: string | undefined,
+  read: () => Promise<string | undefined>,
+  options: VerifyOptions,
+): Promise<Verification> {
+  const verdict = watched === undefined ? undefined : verifyWebhook(request, provider, watched, options)
+  return verdict?.ok === true ? verdict : verifyWebhook(request, provider, await read(), options)
+}

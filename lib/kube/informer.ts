@@ -41,35 +41,42 @@ export async function startInformer<T extends KubernetesObject>(options: {
   path: string
   namespace: string
   list: () => Promise<KubernetesListObject<T>>
+  /** Only the objects with these labels; `list` must select the same. */
+  labelSelector?: string
   handlers: InformerHandlers<T>
   log: Log
 }): Promise<Informer<T>> {
   const { promise: listed, resolve: markListed, reject: refuse } = Promise.withResolvers<void>()
-  const informer = makeInformer<T>(options.kubeConfig, options.path, async () => {
-    try {
-      const list = await options.list()
-      retryMs = firstRetryMs
-      markListed()
-      return list
-    } catch (error) {
-      // Before the first list, an answer that asking again will not change ends the start with a reason.
-      const code = error instanceof ApiException ? error.code : 0
-      if (code === 404) {
-        refuse(
-          new SystemError(
-            `the Kubernetes API does not serve ${options.path}; install runnel's CRDs (kubectl apply -f crds/)`,
-          ),
-        )
-      } else if (code === 401 || code === 403) {
-        refuse(
-          new SystemError(
-            `the Kubernetes API refused to list ${options.path} (${code}); give the operator's credentials access to runnel's resources`,
-          ),
-        )
+  const informer = makeInformer<T>(
+    options.kubeConfig,
+    options.path,
+    async () => {
+      try {
+        const list = await options.list()
+        retryMs = firstRetryMs
+        markListed()
+        return list
+      } catch (error) {
+        // Before the first list, an answer that asking again will not change ends the start with a reason.
+        const code = error instanceof ApiException ? error.code : 0
+        if (code === 404) {
+          refuse(
+            new SystemError(
+              `the Kubernetes API does not serve ${options.path}; install runnel's CRDs (kubectl apply -f crds/)`,
+            ),
+          )
+        } else if (code === 401 || code === 403) {
+          refuse(
+            new SystemError(
+              `the Kubernetes API refused to list ${options.path} (${code}); give the operator's credentials access to runnel's resources`,
+            ),
+          )
+        }
+        throw error
       }
-      throw error
-    }
-  })
+    },
+    options.labelSelector,
+  )
   let stopped = false
   let retryMs = firstRetryMs
   let retry: NodeJS.Timeout | undefined

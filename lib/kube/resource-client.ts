@@ -11,6 +11,7 @@ import {
   setHeaderOptions,
   type V1CronJob,
   type V1Secret,
+  type V1SecretList,
 } from "./client-node.js"
 import {
   defaultWebhookSecretKey,
@@ -31,6 +32,9 @@ import {
 } from "./resources.ts"
 
 const merge = setHeaderOptions("Content-Type", PatchStrategy.MergePatch)
+
+/** The label every webhook Secret runnel writes has (its Pipeline's name), as a selector. */
+export const webhookSecretSelector = pipelineLabel
 
 /**
  * The calls both roles make on runnel's resources and its webhook Secrets, in
@@ -60,6 +64,16 @@ export class ResourceClient {
   /** `/apis/runnel.dev/v1alpha1/namespaces/NS/PLURAL`, the path informers watch. */
   path(plural: RunnelPlural): string {
     return resourcePath(this.namespace, plural)
+  }
+
+  /** `/api/v1/namespaces/NS/secrets`, where the API server's index watches the webhook Secrets. */
+  secretsPath(): string {
+    return `/api/v1/namespaces/${this.namespace}/secrets`
+  }
+
+  /** The webhook Secrets runnel wrote (labelled with their Pipeline's name), and no other Secret. */
+  listWebhookSecrets(): Promise<V1SecretList> {
+    return this.#core.listNamespacedSecret({ namespace: this.namespace, labelSelector: webhookSecretSelector })
   }
 
   list<T extends KubernetesObject>(plural: RunnelPlural): Promise<KubernetesListObject<T>> {
@@ -261,8 +275,8 @@ export class ResourceClient {
     return (await ifGone(this.#batch.deleteNamespacedCronJob({ name, namespace: this.namespace }))) !== undefined
   }
 
-  /** Creates or replaces the core Secret that `pipeline.spec.webhookSecretRef` names, owned by the Pipeline. */
-  async putWebhookSecret(pipeline: PipelineObject, value: string): Promise<void> {
+  /** Creates or replaces the core Secret that `pipeline.spec.webhookSecretRef` names, owned by the Pipeline; resolves with it as stored. */
+  async putWebhookSecret(pipeline: PipelineObject, value: string): Promise<V1Secret> {
     const pipelineName = pipeline.metadata?.name ?? ""
     const ref = pipeline.spec.webhookSecretRef
     if (ref === undefined) throw new Error(`pipeline "${pipelineName}" names no webhook Secret`)
@@ -279,11 +293,9 @@ export class ResourceClient {
       data: { [ref.key ?? defaultWebhookSecretKey]: Buffer.from(value, "utf8").toString("base64") },
     }
     const existing = await ifGone(this.#core.readNamespacedSecret({ name: ref.name, namespace }))
-    if (existing === undefined) await this.#core.createNamespacedSecret({ namespace, body })
-    else {
-      body.metadata = { ...body.metadata, resourceVersion: existing.metadata?.resourceVersion }
-      await this.#core.replaceNamespacedSecret({ name: ref.name, namespace, body })
-    }
+    if (existing === undefined) return this.#core.createNamespacedSecret({ namespace, body })
+    body.metadata = { ...body.metadata, resourceVersion: existing.metadata?.resourceVersion }
+    return this.#core.replaceNamespacedSecret({ name: ref.name, namespace, body })
   }
 
   /** `false` when it was already gone. */
@@ -300,8 +312,8 @@ export class ResourceClient {
     if (ref === undefined) return undefined
     const key = ref.key ?? defaultWebhookSecretKey
     const secret = await ifGone(this.#core.readNamespacedSecret({ name: ref.name, namespace: this.namespace }))
-    const data = secret?.data?.[key]
-    if (data === undefined) {
+    const value = webhookSecretIn(pipeline, secret)
+    if (value === undefined) {
       // Verifying without the secret would accept unsigned requests: refuse them all until it is back.
       throw new RunnelError(
         503,
@@ -309,7 +321,7 @@ export class ResourceClient {
         `the webhook secret of pipeline "${pipeline.metadata?.name}" (Secret "${ref.name}", key "${key}") cannot be found; store it again with PUT /api/pipelines/${pipeline.metadata?.name} and "webhook_secret"`,
       )
     }
-    return Buffer.from(data, "base64").toString("utf8")
+    return value
   }
 
   async #delete(plural: RunnelPlural, name: string, propagationPolicy?: "Background"): Promise<boolean> {
@@ -339,4 +351,15 @@ export async function ifGone<T>(call: Promise<T>): Promise<T | undefined> {
     if (error instanceof ApiException && error.code === 404) return undefined
     throw error
   }
+}
+
+/**
+ * The value of `pipeline`'s webhook secret in `secret`, the Secret its
+ * webhookSecretRef names; undefined when it names none, or `secret` is not
+ * there or lacks the key.
+ */
+export function webhookSecretIn(pipeline: PipelineObject, secret: V1Secret | undefined): string | undefined {
+  const ref = pipeline.spec.webhookSecretRef
+  const data = ref === undefined ? undefined : secret?.data?.[ref.key ?? defaultWebhookSecretKey]
+  return data === undefined ? undefined : Buffer.from(data, "base64").toString("utf8")
 }
