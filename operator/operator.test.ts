@@ -48,7 +48,8 @@ afterEach(async () => {
 
 const native = nativeDriverFactory({ workRoot: join(tmpdir(), "runnel-operator-test-work"), path: "/usr/bin:/bin" })
 
-async function start(options: { maxInFlight?: number } = {}) {
+/** `opening` is called with the run's id each time the driver opens a run, before it does. */
+async function start(options: { maxInFlight?: number; opening?: (runId: string) => Promise<void> } = {}) {
   operator = await startOperator({
     kubeConfig: api.kubeConfig,
     namespace: "default",
@@ -56,7 +57,18 @@ async function start(options: { maxInFlight?: number } = {}) {
     secrets: runSecrets(await openSqliteSecretStore({ path: ":memory:" }), true),
     drivers: (name, config) => {
       if (name !== "native") throw new Error(`this test has only the native driver, not "${name}"`)
-      return native.create(config)
+      const driver = native.create(config)
+      const { opening } = options
+      if (opening === undefined) return driver
+      return {
+        name: driver.name,
+        open: async (runId) => {
+          await opening(runId)
+          return driver.open(runId)
+        },
+        removeLeftovers: () => driver.removeLeftovers(),
+        close: () => driver.close(),
+      }
     },
     defaultDriver: "native",
     allowedDrivers: "*",
@@ -290,6 +302,15 @@ describe("the run reconciler", () => {
     expect(store.output("hello-1", "tasks/1/greet", "stdout")).toBe("hello\n")
   })
 
+  it("says running before the run's first task starts, so that a restart resumes rather than repeats it", async () => {
+    const phases: (string | undefined)[] = []
+    await start({ opening: async (runId) => void phases.push((await getRun(runId)).status?.phase) })
+    await createPipeline("first-task", script(task("one", "true"), task("two", "true")))
+    await createRun("first-task-1", "first-task")
+    expect((await finished("first-task-1")).status?.phase).toBe("success")
+    expect(phases).toEqual(["running"])
+  })
+
   it("ends a failing script as failure with its message", async () => {
     await start()
     await createPipeline("throws", script('throw new Error("the tests are red")'))
@@ -495,6 +516,33 @@ describe("webhook runs", () => {
     expect(run.status?.phase).toBe("success")
     expect(run.status?.webhookResponse).toEqual(answered.status?.webhookResponse)
     expect(store.output("hook-1", "pipeline/console", "stdout")).toBe("webhook true\n")
+  })
+
+  it("says running and the response in one status write when the script answers at once", async () => {
+    await start()
+    await createPipeline("answering", script('http.respond({ status: 200, body: "hi" })', task("after", "true")))
+    const statuses: RunObject["status"][] = []
+    const watch = await new Watch(api.kubeConfig).watch(
+      "/apis/runnel.dev/v1alpha1/namespaces/default/runs",
+      {},
+      (_type, run: RunObject) => {
+        if (JSON.stringify(run.status) !== JSON.stringify(statuses.at(-1))) statuses.push(run.status)
+      },
+      () => {},
+    )
+    try {
+      await createRun("answering-1", "answering", { trigger: { type: "webhook", webhook } })
+      expect((await finished("answering-1")).status?.phase).toBe("success")
+      await eventually(
+        async () => statuses.at(-1)?.phase,
+        (phase) => phase === "success",
+        "the watch saw the end",
+      )
+    } finally {
+      watch.abort()
+    }
+    const firstRunning = statuses.find((status) => status?.phase === "running")
+    expect(firstRunning?.webhookResponse).toEqual({ status: 200, headers: {}, body: "hi" })
   })
 
   it("keeps a response given just before the script ends", async () => {

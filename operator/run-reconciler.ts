@@ -386,9 +386,9 @@ export class RunReconciler {
 
   /**
    * What a run needs before its engine starts: its Pipeline's content, the
-   * engine, the webhook request, the driver; for an admitted run, also the
-   * writes that say it started. A RunEnding says why it cannot start;
-   * undefined, that the Run was deleted meanwhile.
+   * engine, the webhook request, the driver; for an admitted run, also its
+   * metadata written and its `running` on its way. A RunEnding says why it
+   * cannot start; undefined, that the Run was deleted meanwhile.
    */
   async #prepare(run: RunObject, mode: Mode, writer: RunStatusWriter): Promise<Execution | RunEnding | undefined> {
     const { client, store, log } = this.#options
@@ -434,8 +434,9 @@ export class RunReconciler {
       // Later condition writes (a gate's) start from these, so a merge patch of the list keeps this one.
       if (plan.condition !== undefined)
         this.#conditions.set(name, withCondition(run.status?.conditions, plan.condition))
-      // Deleted meanwhile: nothing to run.
-      const written = await writer.now({
+      // Held back like progress, so that a run that answers its webhook or ends within the throttle says so in
+      // the same write; it lands before the run's first task starts (`beforeTasks`) or its first gate waits.
+      writer.update({
         phase: "running",
         code: null,
         message: "",
@@ -444,7 +445,7 @@ export class RunReconciler {
         tasks: [],
         ...(plan.condition === undefined ? {} : { conditions: this.#conditions.get(name) ?? [] }),
       })
-      if (!written) return undefined
+      driver = beforeTasks(driver, () => writer.now({}))
     }
     log(mode === "admit" ? "run.started" : "run.resumed", { run: name, pipeline: pipelineName, driver: driverName })
     return { mode, pipeline, spec: plan.spec, contentType, engine, webhook, driver, driverName, startedAt }
@@ -480,8 +481,9 @@ export class RunReconciler {
     // A gate may hold the run for hours and be seen by anyone: what the run did before it is committed first,
     // so a resume after a kill finds those tasks finished instead of running them again.
     const gates: RunGates | undefined = keeper && {
-      wait: (request, notice, signal) => {
+      wait: async (request, notice, signal) => {
         store.commit(name)
+        await writer.now({})
         return keeper.wait(request, notice, signal)
       },
     }
@@ -737,3 +739,21 @@ function triggerOf(run: RunObject): TriggerType {
 /** Whether the Run's annotations hold every one of `wanted`. */
 const sameAnnotations = (run: RunObject, wanted: Record<string, string>) =>
   Object.entries(wanted).every(([key, value]) => run.metadata?.annotations?.[key] === value)
+
+/**
+ * `driver`, whose runs wait for `written` before they open: a Run's
+ * `running` is in its status before any of its tasks starts, so that an
+ * operator restarted meanwhile resumes it with its journal instead of
+ * admitting it again and running those tasks twice.
+ */
+function beforeTasks(driver: Driver, written: () => Promise<unknown>): Driver {
+  return {
+    name: driver.name,
+    open: async (runId) => {
+      await written()
+      return driver.open(runId)
+    },
+    removeLeftovers: () => driver.removeLeftovers(),
+    close: () => driver.close(),
+  }
+}

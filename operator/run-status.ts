@@ -60,11 +60,20 @@ export class RunStatusWriter {
    * appears). Only for fields no other write sets, since it may land before
    * or after a write already on its way. The final write carries them again,
    * so they are in the status when the run ends even if this write failed
-   * or is still retrying.
+   * or is still retrying. Updates still waiting for their throttle go with
+   * it instead, behind the writes on their way.
    */
   urgent(fields: RunStatusFields): Promise<boolean> {
     this.#urgent = { ...this.#urgent, ...fields }
-    return this.#retried(fields)
+    if (this.#pending === undefined) return this.#retried(fields)
+    // Updates are waiting (a run's `running`, held back until there is more to say): they go with it, in order.
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+    const status = { ...this.#pending, ...fields }
+    this.#pending = undefined
+    const written = this.#chain.then(() => this.#retried(status))
+    this.#chain = written.catch(() => true)
+    return written
   }
 
   /** The last write: pending updates, urgent fields and `fields`, retried until it lands or the Run is gone. */
