@@ -13,8 +13,7 @@ import type { GateObject, PipelineObject, RunnelPlural, RunObject } from "../lib
  * watch, a few milliseconds later, as they would from any informer.
  *
  * The webhook Secrets runnel wrote are followed too, so that a delivery's
- * signature is checked without a read per delivery (one of the embedded
- * API's five requests per webhook run).
+ * signature is checked without reading its Secret each time.
  */
 export type ResourceIndex = {
   readonly pipelines: ObjectIndex<PipelineObject>
