@@ -11,6 +11,7 @@ import type { LogStore } from "../lib/logs/log-store.ts"
 import { openSqliteLogStore } from "../lib/logs/sqlite-log-store.ts"
 import { runSecrets } from "../lib/secrets/secret-store.ts"
 import { openSqliteSecretStore } from "../lib/secrets/sqlite-secret-store.ts"
+import { openingAfter } from "./drivers/driver.ts"
 import { nativeDriverFactory } from "./drivers/native/native-driver.ts"
 import { type Operator, startOperator } from "./operator.ts"
 
@@ -58,17 +59,7 @@ async function start(options: { maxInFlight?: number; opening?: (runId: string) 
     drivers: (name, config) => {
       if (name !== "native") throw new Error(`this test has only the native driver, not "${name}"`)
       const driver = native.create(config)
-      const { opening } = options
-      if (opening === undefined) return driver
-      return {
-        name: driver.name,
-        open: async (runId) => {
-          await opening(runId)
-          return driver.open(runId)
-        },
-        removeLeftovers: () => driver.removeLeftovers(),
-        close: () => driver.close(),
-      }
+      return options.opening === undefined ? driver : openingAfter(driver, options.opening)
     },
     defaultDriver: "native",
     allowedDrivers: "*",

@@ -29,7 +29,7 @@ import { type ContentType, contentTypeOf } from "../lib/script/content-type.ts"
 import { scriptFilename } from "../lib/script/pipeline-check.ts"
 import type { RunSecrets } from "../lib/secrets/secret-store.ts"
 import type { DriverPool } from "./driver-pool.ts"
-import type { Driver } from "./drivers/driver.ts"
+import { type Driver, openingAfter } from "./drivers/driver.ts"
 import type { NetworkSettings, TriggerType } from "./engine/engine.ts"
 import type { RunGates } from "./engine/gates.ts"
 import { journalFromStore } from "./engine/journal.ts"
@@ -435,7 +435,7 @@ export class RunReconciler {
       if (plan.condition !== undefined)
         this.#conditions.set(name, withCondition(run.status?.conditions, plan.condition))
       // Held back like progress, so that a run that answers its webhook or ends within the throttle says so in
-      // the same write; it lands before the run's first task starts (`beforeTasks`) or its first gate waits.
+      // the same write; it lands before the run's first task starts or its first gate waits.
       writer.update({
         phase: "running",
         code: null,
@@ -445,7 +445,9 @@ export class RunReconciler {
         tasks: [],
         ...(plan.condition === undefined ? {} : { conditions: this.#conditions.get(name) ?? [] }),
       })
-      driver = beforeTasks(driver, () => writer.now({}))
+      // A restarted operator resumes a `running` run with its journal but admits a `queued` one again: `running`
+      // is in the status before any task starts, so no task runs twice.
+      driver = openingAfter(driver, () => writer.now({}))
     }
     log(mode === "admit" ? "run.started" : "run.resumed", { run: name, pipeline: pipelineName, driver: driverName })
     return { mode, pipeline, spec: plan.spec, contentType, engine, webhook, driver, driverName, startedAt }
@@ -739,21 +741,3 @@ function triggerOf(run: RunObject): TriggerType {
 /** Whether the Run's annotations hold every one of `wanted`. */
 const sameAnnotations = (run: RunObject, wanted: Record<string, string>) =>
   Object.entries(wanted).every(([key, value]) => run.metadata?.annotations?.[key] === value)
-
-/**
- * `driver`, whose runs wait for `written` before they open: a Run's
- * `running` is in its status before any of its tasks starts, so that an
- * operator restarted meanwhile resumes it with its journal instead of
- * admitting it again and running those tasks twice.
- */
-function beforeTasks(driver: Driver, written: () => Promise<unknown>): Driver {
-  return {
-    name: driver.name,
-    open: async (runId) => {
-      await written()
-      return driver.open(runId)
-    },
-    removeLeftovers: () => driver.removeLeftovers(),
-    close: () => driver.close(),
-  }
-}

@@ -50,6 +50,19 @@ export interface Driver {
   close(): Promise<void>
 }
 
+/** `driver`, whose `open(runId)` first waits for `before(runId)`. */
+export function openingAfter(driver: Driver, before: (runId: string) => Promise<unknown>): Driver {
+  return {
+    name: driver.name,
+    open: async (runId) => {
+      await before(runId)
+      return driver.open(runId)
+    },
+    removeLeftovers: () => driver.removeLeftovers(),
+    close: () => driver.close(),
+  }
+}
+
 export interface RunDriver {
   exec(task: TaskSpec, output: TaskOutput, signal: AbortSignal): Promise<TaskExit>
   createVolume(name: string, options?: VolumeOptions): Promise<Volume>
