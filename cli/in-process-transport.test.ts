@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync } from "node:fs"
-import type { ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
@@ -7,7 +6,7 @@ import { join } from "node:path"
 import { setTimeout as sleep } from "node:timers/promises"
 import { CustomObjectsApi, Watch } from "@kubernetes/client-node"
 import { describe, expect, it, onTestFinished } from "vitest"
-import { createEmbeddedApi } from "../kubeserver/embedded-api.ts"
+import { type ApiResponse, createEmbeddedApi } from "../kubeserver/embedded-api.ts"
 import { loadCrds } from "../kubeserver/resource-types.ts"
 import { kubeApiContract, refusal } from "../lib/kube/kube-api-contract.fixture.ts"
 import { inProcessTransport } from "./in-process-transport.ts"
@@ -67,7 +66,7 @@ describe("the in-process transport", () => {
       { kind: "embedded" },
       { server: `http://127.0.0.1:${await closedPort()}/k8s`, token },
     )
-    let response: ServerResponse | undefined
+    let response: ApiResponse | undefined
     const closed = new Promise<void>((resolve) => {
       inProcessTransport(kubeConfig, token, (_req, res) => {
         response = res
@@ -96,6 +95,6 @@ describe("the in-process transport", () => {
     const outcome = await Promise.race([closed.then(() => "closed"), sleep(5_000).then(() => "still open after 5 s")])
     expect(seen).toEqual(["ADDED"])
     expect(outcome).toBe("closed")
-    expect(response?.destroyed).toBe(true)
+    expect(response?.closed).toBe(true)
   })
 })

@@ -1,33 +1,28 @@
-import { once } from "node:events"
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, request, type ServerResponse } from "node:http"
-import { duplexPair } from "node:stream"
+import { EventEmitter } from "node:events"
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http"
+import type { ApiRequest, ApiResponse } from "../kubeserver/embedded-api.ts"
 import type { KubeConfig } from "../lib/kube/client-node.js"
 
 /**
- * `runnel server`'s roles reach the embedded API in their own process without
- * a socket: client-node's requests (its API clients, its watches) go over an
- * in-memory pipe to an HTTP server that hands them to `handle`, the embedded
- * API's handler, as over loopback TCP: the same Kubernetes protocol (HTTP/1.1,
- * the same bearer token, streamed watch responses), minus the kernel's TCP
- * connect, buffering and close per request.
+ * `runnel server`'s roles reach the embedded API in their own process
+ * without a socket and without HTTP's framing: client-node's requests (its
+ * API clients, its watches) are handed to `handle`, the embedded API's
+ * handler, as request and response objects of their own. The same
+ * Kubernetes protocol runs (paths, verbs, the bearer token, status codes,
+ * JSON bodies, watch streams of JSON lines) and the same handler serves it
+ * as over TCP; what is skipped is what only a wire needs: writing and
+ * parsing HTTP/1.1 on both sides, chunked encoding of watches, and the
+ * streams between them (about 12% of the main thread under the webhook
+ * benchmark, as a pipe with node:http on both ends).
  *
  * client-node 2 sends every request with undici's fetch through the
- * `dispatcher` that KubeConfig.applySecurityAuthentication sets on it. Over
- * loopback that was a new undici Agent, and so a new TCP connection, per
- * request (skipTLSVerify makes client-node build one per call); here it is
- * one dispatcher speaking undici's handler protocol (onRequestStart,
+ * `dispatcher` that KubeConfig.applySecurityAuthentication sets on it; here
+ * that is one dispatcher speaking undici's handler protocol (onRequestStart,
  * onResponseStart, onResponseData, onResponseEnd, onResponseError, a
- * controller with abort/pause/resume) on top of node:http over a duplex pair.
- * Each request has a pipe of its own (opening one costs no system call), so
- * an aborted watch ends only its own. When the exchange is over, whichever
- * way, both ends of the pipe are destroyed: unlike a socket's, a pipe's end
- * learns nothing of the other's destruction, and a watch's response on the
- * server's end closes (and the embedded API forgets the watcher) only when
- * its own end does. The request asks for keep-alive so that neither side
- * ends the pipe by itself meanwhile: after a `Connection: close` response,
- * Node's server ended its end, then ended it again when the client ended
- * its own, building an ERR_STREAM_ALREADY_FINISHED per request (about 1%
- * of the main thread under the webhook benchmark).
+ * controller with abort/pause/resume). Exactly one of onResponseEnd and
+ * onResponseError ends each exchange, as undici promises; a client's abort
+ * (an aborted watch) closes the response, so that the embedded API forgets
+ * the watcher at once.
  *
  * Other users of the kubeconfig (the kubernetes driver's streamed Pod logs)
  * keep its URL and reach the same API over TCP.
@@ -35,14 +30,10 @@ import type { KubeConfig } from "../lib/kube/client-node.js"
 export function inProcessTransport(
   kubeConfig: KubeConfig,
   token: string,
-  handle: (req: IncomingMessage, res: ServerResponse) => boolean,
+  handle: (req: ApiRequest, res: ApiResponse) => boolean,
 ): void {
-  const server = createServer((req, res) => {
-    if (handle(req, res)) return
-    res.writeHead(404, { "Content-Type": "text/plain" }).end(`no route for ${req.method} ${req.url}\n`)
-  })
   const dispatcher = {
-    dispatch: (options: DispatchOptions, handler: ResponseHandler) => send(server, options, handler),
+    dispatch: (options: DispatchOptions, handler: ResponseHandler) => send(handle, options, handler),
   }
   kubeConfig.applySecurityAuthentication = async (context) => {
     context.setHeaderParam("Authorization", `Bearer ${token}`)
@@ -54,7 +45,8 @@ export function inProcessTransport(
 type DispatchOptions = {
   path: string
   method: string
-  headers?: Record<string, string> | null
+  /** As fetch gives them: names as the caller wrote them, a repeated header as an array. */
+  headers?: Record<string, string | string[]> | null
   body?: string | Uint8Array | AsyncIterable<Uint8Array> | null
 }
 
@@ -63,8 +55,6 @@ type Controller = {
   pause(): void
   resume(): void
   readonly aborted: boolean
-  readonly paused: boolean
-  readonly reason: Error | null
   /** fetch reads the response's headers from here, as undici's parser gives them: names and values as Buffers. */
   readonly rawHeaders: Buffer[]
 }
@@ -79,89 +69,150 @@ type ResponseHandler = {
   onResponseError?(controller: Controller, error: Error): void
 }
 
-function send(server: ReturnType<typeof createServer>, options: DispatchOptions, handler: ResponseHandler): boolean {
-  const [client, serverEnd] = duplexPair()
-  server.emit("connection", serverEnd)
-  const req = request({
-    createConnection: () => client,
+function send(
+  handle: (req: ApiRequest, res: ApiResponse) => boolean,
+  options: DispatchOptions,
+  handler: ResponseHandler,
+): boolean {
+  const response = new InProcessResponse(handler)
+  handler.onRequestStart?.(response.controller, {})
+  if (response.closed) return true // aborted before it started
+  const request: ApiRequest = {
     method: options.method,
-    path: options.path,
-    headers: { ...options.headers, connection: "keep-alive" },
-  })
-  const close = () => {
-    client.destroy()
-    serverEnd.destroy()
+    url: options.path,
+    headers: incomingHeaders(options.headers),
+    socket: {},
+    [Symbol.asyncIterator]: () => chunksOf(options.body),
   }
-  let response: IncomingMessage | undefined
-  let settled = false
-  let paused = false
-  let reason: Error | null = null
-  // Exactly one of onResponseEnd and onResponseError, as undici promises.
-  const fail = (error: Error) => {
-    if (settled) return
-    settled = true
-    req.destroy()
-    close()
-    handler.onResponseError?.(controller, error)
+  try {
+    if (!handle(request, response)) {
+      response.writeHead(404, { "content-type": "text/plain" })
+      response.end(`no route for ${request.method} ${request.url}\n`)
+    }
+  } catch (error) {
+    response.fail(error instanceof Error ? error : new Error(String(error)))
   }
-  const controller: Controller = {
-    abort(why) {
-      if (settled) return
-      reason = why
-      fail(why)
-    },
-    pause() {
-      paused = true
-      response?.pause()
-    },
-    resume() {
-      paused = false
-      response?.resume()
-    },
-    get aborted() {
-      return reason !== null
-    },
-    get paused() {
-      return paused
-    },
-    get reason() {
-      return reason
-    },
-    get rawHeaders() {
-      return (response?.rawHeaders ?? []).map((text) => Buffer.from(text, "latin1"))
-    },
-  }
-  req.on("error", fail)
-  req.on("response", (res) => {
-    response = res
-    handler.onResponseStarted?.()
-    handler.onResponseStart?.(controller, res.statusCode ?? 500, res.headers, res.statusMessage ?? "")
-    if (settled) return
-    res.on("data", (chunk: Buffer) => {
-      if (!settled) handler.onResponseData?.(controller, chunk)
-    })
-    if (paused) res.pause()
-    res.on("end", () => {
-      if (settled) return
-      settled = true
-      close()
-      handler.onResponseEnd?.(controller, res.trailers)
-    })
-    res.on("error", fail)
-    res.on("close", () => fail(new Error("the embedded API closed the response before its end")))
-  })
-  handler.onRequestStart?.(controller, {})
-  if (!settled) void writeBody(req, options.body).catch(fail)
   return true
 }
 
-async function writeBody(req: ReturnType<typeof request>, body: DispatchOptions["body"]): Promise<void> {
-  if (body === null || body === undefined || typeof body === "string" || body instanceof Uint8Array) {
-    req.end(body ?? undefined)
-    return
+/** Headers as node:http gives a server them: lower-case names, a repeated header's values joined with ", ". */
+function incomingHeaders(headers: DispatchOptions["headers"]): IncomingHttpHeaders {
+  const incoming: IncomingHttpHeaders = {}
+  for (const [name, value] of Object.entries(headers ?? {}))
+    incoming[name.toLowerCase()] = Array.isArray(value) ? value.join(", ") : value
+  return incoming
+}
+
+async function* chunksOf(body: DispatchOptions["body"]): AsyncGenerator<Uint8Array> {
+  if (body === null || body === undefined) return
+  if (typeof body === "string") yield Buffer.from(body)
+  else if (body instanceof Uint8Array) yield body
+  else yield* body
+}
+
+/**
+ * The embedded API's side of one exchange: what it writes goes straight to
+ * fetch's handler. fetch's pause() is recorded, not obeyed: the embedded API
+ * writes a watch's events without waiting for its reader (as into a socket,
+ * whose buffer grows the same way), and fetch keeps what it was handed until
+ * it is read.
+ */
+class InProcessResponse extends EventEmitter implements ApiResponse {
+  headersSent = false
+  readonly controller: Controller
+  readonly #handler: ResponseHandler
+  #state: "open" | "ended" | "failed" = "open"
+  #aborted = false
+  #rawHeaders: Buffer[] = []
+
+  constructor(handler: ResponseHandler) {
+    super()
+    this.#handler = handler
+    const response = this
+    this.controller = {
+      abort(reason) {
+        response.#aborted = true
+        response.fail(reason)
+      },
+      pause() {},
+      resume() {},
+      get aborted() {
+        return response.#aborted
+      },
+      get rawHeaders() {
+        return response.#rawHeaders
+      },
+    }
   }
-  for await (const chunk of body) {
-    if (!req.write(chunk)) await once(req, "drain")
+
+  get closed(): boolean {
+    return this.#state !== "open"
   }
-  req.end()
+
+  writeHead(status: number, headers: OutgoingHttpHeaders = {}): this {
+    if (this.headersSent || this.closed) return this
+    this.headersSent = true
+    const incoming: IncomingHttpHeaders = {}
+    for (const [name, value] of Object.entries(headers)) {
+      if (value === undefined) continue
+      const lower = name.toLowerCase()
+      const values = Array.isArray(value) ? value : [String(value)]
+      incoming[lower] = values.join(", ")
+      for (const each of values) this.#rawHeaders.push(Buffer.from(lower, "latin1"), Buffer.from(each, "latin1"))
+    }
+    this.#deliver(() => {
+      this.#handler.onResponseStarted?.()
+      this.#handler.onResponseStart?.(this.controller, status, incoming, "")
+    })
+    return this
+  }
+
+  /** The headers are delivered as they are written: there is no buffer to flush. */
+  flushHeaders(): void {}
+
+  write(chunk: string | Uint8Array): boolean {
+    if (!this.headersSent) this.writeHead(200)
+    if (this.closed) return false
+    const bytes =
+      typeof chunk === "string" ? Buffer.from(chunk) : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length)
+    if (bytes.length > 0) this.#deliver(() => this.#handler.onResponseData?.(this.controller, bytes))
+    return true
+  }
+
+  end(chunk?: string | Uint8Array): this {
+    if (chunk !== undefined) this.write(chunk)
+    else if (!this.headersSent) this.writeHead(200)
+    if (this.closed) return this
+    this.#state = "ended"
+    this.#handler.onResponseEnd?.(this.controller, {})
+    this.#closeSoon()
+    return this
+  }
+
+  destroy(): this {
+    this.fail(new Error("the embedded API closed the response before its end"))
+    return this
+  }
+
+  /** Ends the exchange with an error, once: the client's abort, the handler's destroy(), or a throw. */
+  fail(error: Error): void {
+    if (this.closed) return
+    this.#state = "failed"
+    this.#handler.onResponseError?.(this.controller, error)
+    this.#closeSoon()
+  }
+
+  /** fetch's handler throwing is the exchange's failure, not the embedded API's (which may be telling its watchers). */
+  #deliver(call: () => void): void {
+    try {
+      call()
+    } catch (error) {
+      this.fail(error instanceof Error ? error : new Error(String(error)))
+    }
+  }
+
+  /** As node:http's response, `close` comes after the end, never inside the call that ended it. */
+  #closeSoon(): void {
+    process.nextTick(() => this.emit("close"))
+  }
 }

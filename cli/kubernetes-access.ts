@@ -1,9 +1,8 @@
-import type { IncomingMessage } from "node:http"
 import type { AccessPolicy } from "../apiserver/access.ts"
 import { authenticator } from "../apiserver/auth/authenticate.ts"
 import type { FailureCounter } from "../apiserver/auth/failure-counter.ts"
 import type { RequestUser } from "../apiserver/auth/user.ts"
-import type { Authenticated } from "../kubeserver/embedded-api.ts"
+import type { ApiRequest, Authenticated } from "../kubeserver/embedded-api.ts"
 import { forbidden, KubeStatusError } from "../kubeserver/kube-status.ts"
 import type { AuthSettings } from "../lib/config/auth.ts"
 import { RunnelError } from "../lib/core/errors.ts"
@@ -41,7 +40,7 @@ export function kubernetesAccess({
   processToken: string
   /** Where the embedded API is mounted: "/k8s". */
   prefix: string
-}): (req: IncomingMessage) => Promise<Authenticated> {
+}): (req: ApiRequest) => Promise<Authenticated> {
   const authenticate = authenticator(auth)
   return async (req) => {
     const authorization = req.headers.authorization
@@ -80,7 +79,7 @@ export function kubernetesAccess({
 }
 
 /** A read of the embedded API's discovery documents: /version, /api, /api/v1, /apis, /apis/GROUP[/VERSION], /openapi/... */
-function isDiscovery(req: IncomingMessage, prefix: string): boolean {
+function isDiscovery(req: ApiRequest, prefix: string): boolean {
   if (req.method !== "GET" && req.method !== "HEAD") return false
   const path = ((req.url ?? "").split("?")[0] ?? "").slice(prefix.length)
   return /^\/(version|api|api\/v1|apis|apis\/[^/]+|apis\/[^/]+\/[^/]+|openapi\/.*)\/?$/.test(path)

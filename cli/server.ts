@@ -26,7 +26,7 @@ const embeddedPrefix = "/k8s"
 /**
  * One process: the embedded API (unless the settings name a cluster), the
  * operator talking to it in the Kubernetes protocol as it would to a cluster
- * (over an in-memory pipe, cli/in-process-transport.ts), and the API. It listens first, so the operator can reach the embedded API, and
+ * (in process, without HTTP's framing: cli/in-process-transport.ts), and the API. It listens first, so the operator can reach the embedded API, and
  * says it is ready (the probes, the `listening on` line) only once everything
  * is up. Opened in order, closed in reverse.
  */

@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from "node:http"
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http"
 import { hostname } from "node:os"
 import type { DatabaseSync } from "node:sqlite"
 import { parse as parseYaml } from "yaml"
@@ -47,6 +47,34 @@ import { toTable } from "./table.ts"
 /** What authenticate() says of a request: refused (false), allowed (true), or allowed as the named user. */
 export type Authenticated = boolean | string
 
+/**
+ * What the handler reads of a request: node:http's ApiRequest, or the
+ * in-process transport's (cli/in-process-transport.ts), which hands the
+ * same request over without HTTP's framing. The body is read by iterating.
+ */
+export type ApiRequest = AsyncIterable<Uint8Array> & {
+  readonly method?: string | undefined
+  readonly url?: string | undefined
+  readonly headers: IncomingHttpHeaders
+  /** Where it came from; the in-process transport's has no address. */
+  readonly socket: { readonly remoteAddress?: string | undefined }
+}
+
+/** What the handler does with a response: node:http's ApiResponse, or the in-process transport's. */
+export type ApiResponse = {
+  readonly headersSent: boolean
+  /** True once the response has ended or its client left. */
+  readonly closed: boolean
+  writeHead(status: number, headers?: OutgoingHttpHeaders): unknown
+  flushHeaders(): void
+  write(chunk: string | Uint8Array): unknown
+  end(chunk?: string | Uint8Array): unknown
+  /** Ends a response midway (the client sees an error, not an end). */
+  destroy(): unknown
+  /** `close`: the response ended, or its client left. */
+  on(event: "close", listener: () => void): unknown
+}
+
 export type EmbeddedApiOptions = {
   /** The SQLite database: a file path, ":memory:", or an open database (which close() leaves open). */
   readonly db: string | DatabaseSync
@@ -67,7 +95,7 @@ export type EmbeddedApiOptions = {
    * answer (a 403 Forbidden, a 401 with its own message); true, or the name of the user, lets the request
    * through. Every request is allowed when absent: the server that mounts the handler owns authentication.
    */
-  readonly authenticate?: (req: IncomingMessage) => Authenticated | Promise<Authenticated>
+  readonly authenticate?: (req: ApiRequest) => Authenticated | Promise<Authenticated>
   /**
    * The annotation in which the API records who made each write of an object (create, replace, patch and
    * delete; not status writes): the name authenticate() gave, or nothing when it gave none. The server
@@ -94,7 +122,7 @@ export type EmbeddedApiOptions = {
  *   it is idempotent. Requests after close() are answered 503.
  */
 export type EmbeddedApi = {
-  handle(req: IncomingMessage, res: ServerResponse): boolean
+  handle(req: ApiRequest, res: ApiResponse): boolean
   readonly prefix: string
   readonly resources: ResourceApi
   /** Resolves when the garbage collector has nothing left to do (cascading deletions done) and deleted Pods' containers are gone. */
@@ -185,14 +213,14 @@ type Context = {
   kubelet: Kubelet
 }
 
-function send(res: ServerResponse, code: number, body: unknown, headers: Record<string, string | string[]> = {}) {
+function send(res: ApiResponse, code: number, body: unknown, headers: Record<string, string | string[]> = {}) {
   const text = `${JSON.stringify(body)}\n`
   res.writeHead(code, { "Content-Type": "application/json", "Cache-Control": "no-cache, private", ...headers })
   res.end(text)
 }
 
 /** One request; `author` is the user authenticate() named, recorded on the objects the request writes. */
-async function serve(context: Context, req: IncomingMessage, res: ServerResponse, author: string | undefined) {
+async function serve(context: Context, req: ApiRequest, res: ApiResponse, author: string | undefined) {
   const url = new URL(req.url ?? "/", "http://embedded")
   const path = url.pathname.slice(context.prefix.length) || "/"
   const segments = path
@@ -238,7 +266,7 @@ async function serve(context: Context, req: IncomingMessage, res: ServerResponse
   throw pathNotFound()
 }
 
-function serveOpenApi(context: Context, rest: string[], res: ServerResponse) {
+function serveOpenApi(context: Context, rest: string[], res: ApiResponse) {
   if (rest[0] !== "v3") throw pathNotFound()
   if (rest.length === 1) return send(res, 200, openApiRoot(context.types, context.prefix))
   const document =
@@ -287,8 +315,8 @@ async function serveResource(
   segments: string[],
   method: string,
   url: URL,
-  req: IncomingMessage,
-  res: ServerResponse,
+  req: ApiRequest,
+  res: ApiResponse,
   author: string | undefined,
 ) {
   const { resources } = context
@@ -435,7 +463,7 @@ function writeOptions(query: URLSearchParams, author: string | undefined): Write
   return { fieldValidation: fieldValidation as FieldValidation | undefined, dryRun: dryRun.length > 0, author }
 }
 
-async function deleteOptions(context: Context, req: IncomingMessage, query: URLSearchParams): Promise<DeleteOptions> {
+async function deleteOptions(context: Context, req: ApiRequest, query: URLSearchParams): Promise<DeleteOptions> {
   const body = await readBody(context, req, "optional")
   const given = isObject(body) ? (body as DeleteOptions) : {}
   const orphan = query.get("orphanDependents")
@@ -452,12 +480,12 @@ async function deleteOptions(context: Context, req: IncomingMessage, query: URLS
 /** The decoded request body: JSON, or YAML for writes sent as `application/yaml`. */
 async function readBody(
   context: Context,
-  req: IncomingMessage,
+  req: ApiRequest,
   use: "write" | "write-core" | "patch" | "optional",
 ): Promise<unknown> {
-  const chunks: Buffer[] = []
+  const chunks: Uint8Array[] = []
   let size = 0
-  for await (const chunk of req as AsyncIterable<Buffer>) {
+  for await (const chunk of req) {
     size += chunk.length
     if (size > context.maxBodyBytes) throw tooLarge(context.maxBodyBytes)
     chunks.push(chunk)
@@ -502,7 +530,7 @@ function streamWatch(
   namespace: string | undefined,
   query: URLSearchParams,
   table: IncludeObject | undefined,
-  res: ServerResponse,
+  res: ApiResponse,
 ) {
   // Gone while the request was authenticated, before anything listened for its close: nobody to watch for.
   if (res.closed) return
@@ -571,7 +599,7 @@ function watchLine(event: WatchEvent): string {
   return `{"type":${JSON.stringify(event.type)},"object":${json}}\n`
 }
 
-function startStream(res: ServerResponse) {
+function startStream(res: ApiResponse) {
   res.writeHead(200, {
     "Content-Type": "application/json",
     "Cache-Control": "no-cache, private",

@@ -1,10 +1,10 @@
-import type { ServerResponse } from "node:http"
 import {
   type ContainerSecurity,
   type ContainerSpec,
   type DockerHost,
   ImagePullError,
 } from "../lib/containers/docker-host.ts"
+import type { ApiResponse } from "./embedded-api.ts"
 import { badRequest, invalid, KubeStatusError, notFound } from "./kube-status.ts"
 import type { KubeObject } from "./object-meta.ts"
 import type { StoredEvent } from "./object-store.ts"
@@ -247,7 +247,7 @@ export class Kubelet {
    * `GET pods/NAME/log`: the output Docker kept for one container of the Pod, as text;
    * with `follow`, until the container ends.
    */
-  async serveLogs(namespace: string, name: string, query: URLSearchParams, res: ServerResponse): Promise<void> {
+  async serveLogs(namespace: string, name: string, query: URLSearchParams, res: ApiResponse): Promise<void> {
     const pod = this.#api.get(podType, namespace, name)
     const containers = listOf(objectOf(pod.spec).containers).map((container) => String(container.name))
     const asked = query.get("container") ?? undefined
