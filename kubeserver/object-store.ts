@@ -1,6 +1,7 @@
 import type { DatabaseSync, StatementSync } from "node:sqlite"
 import { keyFromFile } from "../lib/crypto/key-file.ts"
 import { randomKey } from "../lib/crypto/sealer.ts"
+import { type Checkpointer, checkpointer, fallbackPages } from "../lib/sqlite/checkpointer.ts"
 import { openDatabase, transaction } from "../lib/sqlite/database.ts"
 import type { KubeObject } from "./object-meta.ts"
 import { secretType, storageResource } from "./resource-types.ts"
@@ -151,6 +152,8 @@ export class SqliteObjectStore implements ObjectStore {
   #closed = false
   #statements = new Map<string, StatementSync>()
   #cipher: SecretCipher
+  /** A file this store owns is checkpointed on a thread of its own (lib/sqlite/checkpointer.ts). */
+  #checkpointer: Checkpointer | undefined
 
   constructor(options: SqliteObjectStoreOptions) {
     this.#ownsDb = typeof options.db === "string"
@@ -166,6 +169,11 @@ export class SqliteObjectStore implements ObjectStore {
       this.#compacted = this.#counter("compacted")
       this.#cipher = openCipher(this.#db, options)
       this.#encryptPlaintextSecrets()
+      if (this.#ownsDb && options.db !== ":memory:") {
+        this.#db.exec(`PRAGMA wal_autocheckpoint = ${fallbackPages}`)
+        const rest = this.#db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
+        this.#checkpointer = checkpointer(options.db as string, () => rest.get())
+      }
     } catch (error) {
       if (this.#ownsDb) this.#db.close()
       throw error
@@ -431,6 +439,7 @@ export class SqliteObjectStore implements ObjectStore {
     })
     this.#version = version
     if (compacted > this.#compacted) this.#compacted = compacted
+    this.#checkpointer?.committed()
     const event: StoredEvent = { type, version, ...key, object: stored, previous }
     for (const listener of [...this.#listeners]) {
       try {
@@ -491,6 +500,7 @@ export class SqliteObjectStore implements ObjectStore {
     if (this.#closed) return
     this.#closed = true
     this.#listeners.clear()
+    this.#checkpointer?.close()
     if (this.#ownsDb) this.#db.close()
   }
 }
