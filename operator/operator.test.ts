@@ -509,31 +509,73 @@ describe("webhook runs", () => {
     expect(store.output("hook-1", "pipeline/console", "stdout")).toBe("webhook true\n")
   })
 
-  it("says running and the response in one status write when the script answers at once", async () => {
-    await start()
-    await createPipeline("answering", script('http.respond({ status: 200, body: "hi" })', task("after", "true")))
+  /** Each status a watch saw `name` take, in order, from its creation by `create` until it ended. */
+  async function statusesOf(name: string, create: () => Promise<unknown>): Promise<RunObject["status"][]> {
     const statuses: RunObject["status"][] = []
     const watch = await new Watch(api.kubeConfig).watch(
       "/apis/runnel.dev/v1alpha1/namespaces/default/runs",
       {},
       (_type, run: RunObject) => {
+        if (run.metadata?.name !== name) return
         if (JSON.stringify(run.status) !== JSON.stringify(statuses.at(-1))) statuses.push(run.status)
       },
       () => {},
     )
     try {
-      await createRun("answering-1", "answering", { trigger: { type: "webhook", webhook } })
-      expect((await finished("answering-1")).status?.phase).toBe("success")
+      await create()
+      await finished(name)
       await eventually(
         async () => statuses.at(-1)?.phase,
-        (phase) => phase === "success",
+        (phase) => phase !== "running" && phase !== "queued" && phase !== undefined,
         "the watch saw the end",
       )
     } finally {
       watch.abort()
     }
+    return statuses
+  }
+
+  it("says running and the response in one status write when the script answers at once", async () => {
+    await start()
+    await createPipeline("answering", script('http.respond({ status: 200, body: "hi" })', task("after", "true")))
+    const statuses = await statusesOf("answering-1", () =>
+      createRun("answering-1", "answering", { trigger: { type: "webhook", webhook } }),
+    )
+    expect(statuses.at(-1)?.phase).toBe("success")
     const firstRunning = statuses.find((status) => status?.phase === "running")
     expect(firstRunning?.webhookResponse).toEqual({ status: 200, headers: {}, body: "hi" })
+  })
+
+  it("writes a run that answers and ends at once in one status write: its end with the response", async () => {
+    await start()
+    await createPipeline("one-write", script('http.respond({ status: 200, body: "hi" })'))
+    const statuses = await statusesOf("one-write-1", () =>
+      createRun("one-write-1", "one-write", { trigger: { type: "webhook", webhook } }),
+    )
+    // The Run as created (no status yet, or queued), then its end: nothing between.
+    const written = statuses.filter((status) => status?.phase !== undefined && status.phase !== "queued")
+    expect(written).toHaveLength(1)
+    expect(written[0]).toMatchObject({ phase: "success", webhookResponse: { status: 200, headers: {}, body: "hi" } })
+  })
+
+  it("writes the response on its own soon after http.respond() when the script goes on without a task", async () => {
+    await start()
+    await createPipeline(
+      "busy",
+      script(
+        'http.respond({ status: 200, body: "early" })',
+        "const until = Date.now() + 3000",
+        "while (Date.now() < until) {}",
+      ),
+    )
+    await createRun("busy-1", "busy", { trigger: { type: "webhook", webhook } })
+    const answered = await eventually(
+      () => getRun("busy-1"),
+      (run) => run.status?.webhookResponse !== undefined || run.status?.finishedAt != null,
+      "the response or the end is in the status",
+    )
+    expect(answered.status).toMatchObject({ phase: "running", webhookResponse: { status: 200, body: "early" } })
+    expect((await finished("busy-1")).status?.phase).toBe("success")
   })
 
   it("keeps a response given just before the script ends", async () => {

@@ -9,6 +9,15 @@ import type { RunObserver } from "./engine/run-observer.ts"
 export type StatusWrite = (status: RunStatusFields) => Promise<boolean>
 
 const finalAttempts = 8
+/**
+ * How long urgent() holds its fields for a write that goes anyway: the run's
+ * end, or its `running` before a task starts or a gate waits. A webhook run
+ * that answers and ends within it writes its status once, not twice (each
+ * write is a request to the Kubernetes API, a commit, and an event to every
+ * watcher); its caller waits for the end instead, which came 2-14 ms after
+ * the answer under the webhook benchmark.
+ */
+const urgentHoldMs = 20
 
 /**
  * Mirrors one run's progress into its Run's status without writing on every
@@ -29,6 +38,8 @@ export class RunStatusWriter {
   #closed = false
   /** Fields written by urgent(), repeated in the final write. */
   #urgent: RunStatusFields = {}
+  /** urgent()'s fields not written yet, and the promise it answered. */
+  #held: { fields: RunStatusFields; timer: NodeJS.Timeout; written: PromiseWithResolvers<boolean> } | undefined
 
   constructor(options: { run: string; write: StatusWrite; throttleMs: number; log: Log }) {
     this.#run = options.run
@@ -47,33 +58,33 @@ export class RunStatusWriter {
     }, this.#throttleMs)
   }
 
-  /** Writes at once whatever is pending plus `fields`, in order after earlier writes. */
+  /** Writes at once whatever is pending plus `fields` (and urgent fields held), in order after earlier writes. */
   now(fields: RunStatusFields): Promise<boolean> {
     this.#pending = { ...this.#pending, ...fields }
+    // Like a progress write, a failure (logged) does not fail the caller; the final write carries it again.
+    if (this.#held !== undefined) return this.#release().catch(() => true)
     return this.#flush()
   }
 
   /**
-   * Writes `fields` at once, beside the ordered writes instead of behind
-   * them, retried like the final write: for a field someone is waiting on
-   * (`webhookResponse`: the API server holds the webhook's caller until it
-   * appears). Only for fields no other write sets, since it may land before
-   * or after a write already on its way. The final write carries them again,
-   * so they are in the status when the run ends even if this write failed
-   * or is still retrying. Updates still waiting for their throttle go with
-   * it instead, behind the writes on their way.
+   * Writes `fields` within urgentHoldMs, with the run's end or its next
+   * `now()` if either comes first, beside the ordered writes instead of
+   * behind them, retried like the final write: for a field someone is
+   * waiting on (`webhookResponse`: the API server holds the webhook's caller
+   * until it appears). Only for fields no other write sets, since it may
+   * land before or after a write already on its way. The final write carries
+   * them again, so they are in the status when the run ends even if this
+   * write failed or is still retrying. Updates still waiting for their
+   * throttle go with it instead, behind the writes on their way.
    */
   urgent(fields: RunStatusFields): Promise<boolean> {
     this.#urgent = { ...this.#urgent, ...fields }
-    if (this.#pending === undefined) return this.#retried(fields)
-    // Updates are waiting (a run's `running`, held back until there is more to say): they go with it, in order.
-    clearTimeout(this.#timer)
-    this.#timer = undefined
-    const status = { ...this.#pending, ...fields }
-    this.#pending = undefined
-    const written = this.#chain.then(() => this.#retried(status))
-    this.#chain = written.catch(() => true)
-    return written
+    if (this.#held === undefined) {
+      const timer = setTimeout(() => void this.#release().catch(() => {}), urgentHoldMs)
+      this.#held = { fields: {}, timer, written: Promise.withResolvers() }
+    }
+    this.#held.fields = { ...this.#held.fields, ...fields }
+    return this.#held.written.promise
   }
 
   /** The last write: pending updates, urgent fields and `fields`, retried until it lands or the Run is gone. */
@@ -85,7 +96,36 @@ export class RunStatusWriter {
     this.#pending = undefined
     const written = this.#chain.then(() => this.#retried(status))
     this.#chain = written
+    this.#settleHeld(written)
     return written
+  }
+
+  /** Writes the urgent fields held, and the updates waiting for their throttle with them, in order. */
+  #release(): Promise<boolean> {
+    const fields = this.#held?.fields ?? {}
+    if (this.#pending === undefined) {
+      const written = this.#retried(fields)
+      this.#settleHeld(written)
+      return written
+    }
+    // Updates are waiting (a run's `running`, held back until there is more to say): they go with it, in order.
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+    const status = { ...this.#pending, ...fields }
+    this.#pending = undefined
+    const written = this.#chain.then(() => this.#retried(status))
+    this.#chain = written.catch(() => true)
+    this.#settleHeld(written)
+    return written
+  }
+
+  /** urgent()'s promise settles as `written` does, the write that carried its fields. */
+  #settleHeld(written: Promise<boolean>): void {
+    const held = this.#held
+    if (held === undefined) return
+    this.#held = undefined
+    clearTimeout(held.timer)
+    written.then(held.written.resolve, held.written.reject)
   }
 
   #flush(): Promise<boolean> {
