@@ -1,6 +1,6 @@
 import { EventEmitter } from "node:events"
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http"
-import type { ApiRequest, ApiResponse } from "../kubeserver/embedded-api.ts"
+import type { ApiRequest, ApiResponse } from "../kubeserver/http-exchange.ts"
 import type { KubeConfig } from "../lib/kube/client-node.js"
 
 /**

@@ -1,4 +1,3 @@
-import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http"
 import { hostname } from "node:os"
 import type { DatabaseSync } from "node:sqlite"
 import { parse as parseYaml } from "yaml"
@@ -13,6 +12,7 @@ import {
   versionInfo,
 } from "./discovery.ts"
 import { GarbageCollector } from "./garbage-collector.ts"
+import type { ApiRequest, ApiResponse } from "./http-exchange.ts"
 import type { KubeStatus } from "./kube-status.ts"
 import {
   badRequest,
@@ -46,34 +46,6 @@ import { toTable } from "./table.ts"
 
 /** What authenticate() says of a request: refused (false), allowed (true), or allowed as the named user. */
 export type Authenticated = boolean | string
-
-/**
- * What the handler reads of a request: node:http's ApiRequest, or the
- * in-process transport's (cli/in-process-transport.ts), which hands the
- * same request over without HTTP's framing. The body is read by iterating.
- */
-export type ApiRequest = AsyncIterable<Uint8Array> & {
-  readonly method?: string | undefined
-  readonly url?: string | undefined
-  readonly headers: IncomingHttpHeaders
-  /** Where it came from; the in-process transport's has no address. */
-  readonly socket: { readonly remoteAddress?: string | undefined }
-}
-
-/** What the handler does with a response: node:http's ApiResponse, or the in-process transport's. */
-export type ApiResponse = {
-  readonly headersSent: boolean
-  /** True once the response has ended or its client left. */
-  readonly closed: boolean
-  writeHead(status: number, headers?: OutgoingHttpHeaders): unknown
-  flushHeaders(): void
-  write(chunk: string | Uint8Array): unknown
-  end(chunk?: string | Uint8Array): unknown
-  /** Ends a response midway (the client sees an error, not an end). */
-  destroy(): unknown
-  /** `close`: the response ended, or its client left. */
-  on(event: "close", listener: () => void): unknown
-}
 
 export type EmbeddedApiOptions = {
   /** The SQLite database: a file path, ":memory:", or an open database (which close() leaves open). */

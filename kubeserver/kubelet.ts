@@ -4,7 +4,7 @@ import {
   type DockerHost,
   ImagePullError,
 } from "../lib/containers/docker-host.ts"
-import type { ApiResponse } from "./embedded-api.ts"
+import type { ApiResponse } from "./http-exchange.ts"
 import { badRequest, invalid, KubeStatusError, notFound } from "./kube-status.ts"
 import type { KubeObject } from "./object-meta.ts"
 import type { StoredEvent } from "./object-store.ts"
