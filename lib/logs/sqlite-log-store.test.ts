@@ -217,6 +217,23 @@ for (const kind of ["file", ":memory:"] as const) {
       })
     })
 
+    it("keeps characters whole when a long line without line ends is cut into rows", async () => {
+      const store = await openStore()
+      // 1, 2, 3 and 4 UTF-8 bytes a character, so that a row's byte limit falls inside one of most kinds.
+      const text = `${"aé✓😀".repeat(20_000)} needle ${"é✓😀a".repeat(20_000)}`
+      // Pieces end between characters, as the task log's decoder hands them on.
+      for (let at = 0; at < text.length; at += 4000)
+        store.append("r1", "tasks/1/wide", "stdout", text.slice(at, at + 4000))
+      store.append("r1", "tasks/1/wide", "stderr", text)
+      expect(store.output("r1", "tasks/1/wide", "stdout") === text).toBe(true)
+      expect(store.output("r1", "tasks/1/wide", "stderr") === text).toBe(true)
+      const chunks = store.readChunks("r1", 0)
+      expect(chunks.length).toBeGreaterThan(2)
+      expect(chunks.every((chunk) => !chunk.text.includes("\ufffd"))).toBe(true)
+      await store.flush()
+      expect((await hits(store, "needle")).map((hit) => hit.stream).sort()).toEqual(["stderr", "stdout"])
+    })
+
     it("finds a word that two appends split between them", async () => {
       const store = await openStore()
       store.append("r1", "tasks/1/build", "stdout", "linking liba")

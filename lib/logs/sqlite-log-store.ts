@@ -6,6 +6,7 @@ import {
   type MessagePort,
   parentPort,
   receiveMessageOnPort,
+  type TransferListItem,
   Worker,
   workerData,
 } from "node:worker_threads"
@@ -50,18 +51,18 @@ const migrations: readonly string[] = [
 const busyTimeoutMs = 5_000
 /** Both connections, the store's and its writer's; NORMAL, since a stream of output cannot wait for a sync per commit. */
 const databaseOptions = { what: "the log store", busyTimeoutMs, synchronous: "NORMAL" } as const
-/** Queued output is handed to the writer once per event-loop turn, or sooner once this much text is queued. */
-const batchChars = 1 << 20
-/** Text handed over but not yet written; beyond it append() waits for the writer, so memory stays bounded. */
-const maxInFlightChars = 8 << 20
+/** Queued output is handed to the writer once per event-loop turn, or sooner once this many bytes are queued. */
+const batchBytes = 1 << 20
+/** Output handed over but not yet written; beyond it append() waits for the writer, so memory stays bounded. */
+const maxInFlightBytes = 8 << 20
 /**
  * Chunks of one stream written together are joined and cut into rows of
- * about this size, at a line end where there is one. Row size is a trade:
+ * about this many bytes, at a line end where there is one. Row size is a trade:
  * smaller rows index slower (about 24 MB/s at 16 KiB against 34 at 64 KiB,
  * measured) but snippet() re-reads a whole row per hit (20 hits cost ≈6 ms
  * at 16 KiB, ≈58 at 64 KiB).
  */
-const rowChars = 16 << 10
+const rowBytes = 16 << 10
 /**
  * The longest a writer transaction stays open: how late a write becomes
  * durable, and how long another process's writer may wait for the lock.
@@ -76,8 +77,8 @@ const transactionMs = 50
 const indexIdleMs = 250
 /** Output that keeps coming is indexed anyway once it has waited this long: search lags ingest by about this much. */
 const maxIndexLagMs = 1_000
-/** The writer copies the WAL into the database file after about this much text: SQLite's default, 1000 pages. */
-const checkpointChars = 4 << 20
+/** The writer copies the WAL into the database file after about this much output: SQLite's default, 1000 pages. */
+const checkpointBytes = 4 << 20
 const defaultSearchLimit = 20
 /** Queries with at most this many matching rows (of 16 KiB at most each) are ranked by BM25; more, newest first. */
 const rankWindow = 1_000
@@ -109,9 +110,22 @@ export async function openSqliteLogStore(path: string, storedBytes?: StoredBytes
   }
 }
 
-type Chunk = { runId: string; path: string; stream: OutputStream; text: string }
-/** Writes in the order the store received them; `seq` counts batches from 1. */
-type Batch = { seq: number; tasks: TaskRecord[]; chunks: Chunk[]; forgotten: string[] }
+/** Where a chunk's text is in its batch's `text`: the `bytes` after the chunks before it. */
+type Chunk = { runId: string; path: string; stream: OutputStream; bytes: number }
+/**
+ * Writes in the order the store received them; `seq` counts batches from 1.
+ * The chunks' text travels as UTF-8 in one buffer that is moved to the writer,
+ * not copied: as strings, every chunk was copied into the message and again out
+ * of it, and the writer's collector had to free each (≈30% of its time went to
+ * that, the rows and the messages).
+ */
+type Batch = {
+  seq: number
+  tasks: TaskRecord[]
+  chunks: Chunk[]
+  text: Uint8Array<ArrayBuffer>
+  forgotten: string[]
+}
 
 /**
  * Reads on the event loop's own connection; every write goes through a
@@ -132,7 +146,9 @@ class SqliteLogStore implements LogStore {
   #tasks: TaskRecord[] = []
   #forgotten: string[] = []
   #chunks: Chunk[] = []
-  #queuedChars = 0
+  /** The queued chunks' text, UTF-8, with room to spare. */
+  #text = Buffer.allocUnsafeSlow(0)
+  #queuedBytes = 0
   #scheduled: NodeJS.Immediate | undefined
   #seq = 0
   /** Runs with writes that may not be committed yet, and the batch that carries their last write. */
@@ -186,12 +202,14 @@ class SqliteLogStore implements LogStore {
   append(runId: string, path: string, stream: OutputStream, text: string): void {
     this.#assertOpen()
     if (text === "") return
-    // Queued as given: joining and cutting rows happens in the writer, so that the event loop copies no text.
-    this.#chunks.push({ runId, path, stream, text })
-    this.#queuedChars += text.length
-    // Counting a byte length scans the text once (about 0.2 ms per MB of ASCII), well under what storing it costs.
-    this.#storedBytes?.inc(Buffer.byteLength(text))
-    if (this.#queuedChars >= batchChars) this.#send()
+    // Encoded as it comes, into room for the most bytes a UTF-16 unit can take (3): no pass only to count them.
+    // Joining and cutting rows happens in the writer.
+    if (this.#text.length - this.#queuedBytes < 3 * text.length) this.#makeRoom(3 * text.length)
+    const bytes = this.#text.write(text, this.#queuedBytes)
+    this.#chunks.push({ runId, path, stream, bytes })
+    this.#queuedBytes += bytes
+    this.#storedBytes?.inc(bytes)
+    if (this.#queuedBytes >= batchBytes) this.#send()
     else this.#schedule()
   }
 
@@ -313,19 +331,36 @@ class SqliteLogStore implements LogStore {
     this.#scheduled = undefined
     if (this.#failure !== undefined) throw this.#failure
     if (this.#tasks.length === 0 && this.#chunks.length === 0 && this.#forgotten.length === 0) return
-    const batch: Batch = { seq: ++this.#seq, tasks: this.#tasks, chunks: this.#chunks, forgotten: this.#forgotten }
+    const batch: Batch = {
+      seq: ++this.#seq,
+      tasks: this.#tasks,
+      chunks: this.#chunks,
+      text: new Uint8Array(this.#text.buffer, 0, this.#queuedBytes),
+      forgotten: this.#forgotten,
+    }
     for (const { runId } of batch.tasks) this.#unsynced.set(runId, batch.seq)
     for (const { runId } of batch.chunks) this.#unsynced.set(runId, batch.seq)
     if (this.#unsynced.size > maxUnsyncedRuns) {
       const committed = this.#writer.committedSeq()
       for (const [runId, seq] of this.#unsynced) if (seq <= committed) this.#unsynced.delete(runId)
     }
-    const chars = this.#queuedChars
     this.#tasks = []
     this.#chunks = []
     this.#forgotten = []
-    this.#queuedChars = 0
-    this.#writer.write(batch, chars)
+    this.#text = Buffer.allocUnsafeSlow(0)
+    this.#queuedBytes = 0
+    this.#writer.write(batch)
+  }
+
+  /**
+   * A larger buffer for the queued text, with `room` bytes free. Its own memory (allocUnsafeSlow, not a slice of
+   * Buffer's shared pool), so that it can be moved to the writer. A batch is sent once it holds batchBytes, so one
+   * buffer of that and a chunk's room usually takes a whole batch.
+   */
+  #makeRoom(room: number): void {
+    const text = Buffer.allocUnsafeSlow(Math.max(batchBytes, this.#queuedBytes) + room)
+    this.#text.copy(text, 0, 0, this.#queuedBytes)
+    this.#text = text
   }
 
   /**
@@ -346,8 +381,11 @@ class SqliteLogStore implements LogStore {
 
 /** Writes the store's batches and fills chunks_fts behind them. */
 type Writer = {
-  /** Takes a batch; it is committed soon after. May block while too much text is waiting to be written. */
-  write(batch: Batch, chars: number): void
+  /**
+   * Takes a batch, and its text's memory: the caller's view of it may be detached. It is committed soon after.
+   * May block while too much output is waiting to be written.
+   */
+  write(batch: Batch): void
   /** Blocks until batches through `seq` are committed. */
   committed(seq: number): void
   /** The last batch committed, without waiting. */
@@ -372,7 +410,8 @@ const anyUnindexed =
  * processes from indexing a chunk twice.
  */
 function writeStatements(db: DatabaseSync) {
-  const insertChunk = db.prepare("INSERT INTO chunks (run_id, path, stream, text) VALUES (?, ?, ?, ?)")
+  // The text is bound as the UTF-8 bytes it came in, and stored as TEXT as it is: no string is made of it here.
+  const insertChunk = db.prepare("INSERT INTO chunks (run_id, path, stream, text) VALUES (?, ?, ?, CAST(? AS TEXT))")
   // seq is given on the first save only, so a task keeps its place when its record is replaced.
   const upsertTask = db.prepare(
     `INSERT INTO tasks (run_id, path, name, status, code, started_at, ended_at, seq)
@@ -402,8 +441,9 @@ function writeStatements(db: DatabaseSync) {
         upsertTask.run({ runId, path, name, status, code, startedAt, endedAt })
       }
       let lastId = 0
-      for (const row of toRows(batch.chunks)) {
-        lastId = Number(insertChunk.run(row.runId, row.path, row.stream, row.text).lastInsertRowid)
+      for (const row of toRows(batch)) {
+        const text = batch.text.subarray(row.start, row.end)
+        lastId = Number(insertChunk.run(row.runId, row.path, row.stream, text).lastInsertRowid)
       }
       for (const runId of batch.forgotten) {
         unindexRun.run(runId)
@@ -426,28 +466,34 @@ function writeStatements(db: DatabaseSync) {
   }
 }
 
+type Row = { runId: string; path: string; stream: OutputStream; start: number; end: number }
+
 /**
  * Joins consecutive chunks of one stream, so that chatty output does not cost
- * a row per write, and cuts them into rows of rowChars at most, each ending at
- * a line end where its second half has one: search cannot find a word that
- * two rows split between them.
+ * a row per write, and cuts them into rows of rowBytes at most, each ending at
+ * a line end where its second half has one (search cannot find a word that
+ * two rows split between them), and never inside a character. Rows are
+ * ranges of the batch's text.
  */
-function toRows(chunks: readonly Chunk[]): Chunk[] {
-  const rows: Chunk[] = []
-  let row: Chunk | undefined
-  for (const chunk of chunks) {
-    if (row !== undefined && row.runId === chunk.runId && row.path === chunk.path && row.stream === chunk.stream) {
-      row.text += chunk.text
+function toRows({ chunks, text }: Batch): Row[] {
+  const rows: Row[] = []
+  let row: Row | undefined
+  let at = 0
+  for (const { runId, path, stream, bytes } of chunks) {
+    if (row !== undefined && row.runId === runId && row.path === path && row.stream === stream) {
+      row.end += bytes
     } else {
       if (row !== undefined) rows.push(row)
-      row = { ...chunk }
+      row = { runId, path, stream, start: at, end: at + bytes }
     }
-    while (row.text.length > rowChars) {
-      const text = row.text
-      const lineEnd = text.lastIndexOf("\n", rowChars - 1)
-      const end = lineEnd >= rowChars / 2 ? lineEnd + 1 : rowChars
-      rows.push({ ...row, text: text.slice(0, end) })
-      row.text = text.slice(end)
+    at += bytes
+    while (row.end - row.start > rowBytes) {
+      const lineEnd = text.lastIndexOf(0x0a, row.start + rowBytes - 1)
+      let end = lineEnd >= row.start + rowBytes / 2 ? lineEnd + 1 : row.start + rowBytes
+      // A UTF-8 continuation byte (10xxxxxx) would begin the next row inside a character.
+      while (((text[end] ?? 0) & 0xc0) === 0x80) end--
+      rows.push({ ...row, end })
+      row.start = end
     }
   }
   if (row !== undefined) rows.push(row)
@@ -741,12 +787,12 @@ type WriterData = { role: typeof writerRole; path: string; shared: Int32Array; b
  * commits and segment merges (measured: ≈3.5 ms of event loop per MB). So a
  * writer thread owns every write: it writes each batch as it arrives and
  * indexes chunks in between, one by one, in transactions of at most
- * transactionMs. The event loop only copies each batch into a message
- * (≈0.3 ms per MB). The thread starts with the first write, or at once when
- * output an earlier process stored is left to index: a thread costs ≈11 MiB
- * of resident memory (measured) that a server with nothing to write need not
- * hold. It is referenced only while someone waits for it, so an idle store
- * does not keep the process alive.
+ * transactionMs. The event loop only encodes each chunk into its batch's
+ * buffer, which is moved to the writer, not copied. The thread starts with
+ * the first write, or at once when output an earlier process stored is left
+ * to index: a thread costs ≈11 MiB of resident memory (measured) that a
+ * server with nothing to write need not hold. It is referenced only while
+ * someone waits for it, so an idle store does not keep the process alive.
  */
 function threadWriter(path: string, startNow: boolean): Writer {
   const shared = new Int32Array(new SharedArrayBuffer(5 * Int32Array.BYTES_PER_ELEMENT))
@@ -790,9 +836,9 @@ function threadWriter(path: string, startNow: boolean): Writer {
   }
   if (startNow) thread()
 
-  const post = (message: ToWriter) => {
+  const post = (message: ToWriter, transfer: TransferListItem[] = []) => {
     thread()
-    batches.postMessage(message)
+    batches.postMessage(message, transfer)
     Atomics.add(shared, slots.bell, 1)
     Atomics.notify(shared, slots.bell)
   }
@@ -807,20 +853,22 @@ function threadWriter(path: string, startNow: boolean): Writer {
       Atomics.wait(shared, slot, seen, leftMs)
     }
   }
-  const inFlight: { seq: number; chars: number }[] = []
-  let inFlightChars = 0
+  const inFlight: { seq: number; bytes: number }[] = []
+  let inFlightBytes = 0
   return {
-    write(batch, chars) {
+    write(batch) {
       if (failure !== undefined) throw failure
-      post(batch)
-      inFlight.push({ seq: batch.seq, chars })
-      inFlightChars += chars
-      while (inFlightChars > maxInFlightChars) {
+      // The whole buffer, room to spare included, is memory held until the writer is done with it.
+      const bytes = batch.text.buffer.byteLength
+      post(batch, [batch.text.buffer])
+      inFlight.push({ seq: batch.seq, bytes })
+      inFlightBytes += bytes
+      while (inFlightBytes > maxInFlightBytes) {
         const oldest = inFlight[0]
         if (oldest === undefined) break
         if (oldest.seq > Atomics.load(shared, slots.applied)) waitFor(slots.applied, oldest.seq)
         inFlight.shift()
-        inFlightChars -= oldest.chars
+        inFlightBytes -= oldest.bytes
       }
     },
     committedSeq: () => Atomics.load(shared, slots.committed),
@@ -885,7 +933,7 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
   let open = false
   let openedAt = 0
   let progress = 0
-  let uncheckpointedChars = 0
+  let uncheckpointedBytes = 0
   let stopping = false
   let lastBatchAt = Number.NEGATIVE_INFINITY
   /** Batches written in the open transaction, and the runs each carries: what a failed commit loses. */
@@ -914,10 +962,10 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
     report()
     // Here, between this writer's transactions, a checkpoint copies every frame and the WAL starts over. One on
     // another connection, beside a busy writer, never catches up, and the WAL grows as long as output comes.
-    if (uncheckpointedChars >= checkpointChars) {
+    if (uncheckpointedBytes >= checkpointBytes) {
       try {
         checkpoint.get()
-        uncheckpointedChars = 0
+        uncheckpointedBytes = 0
       } catch (error) {
         // The file could not grow: the WAL keeps every frame, and the next commit tries again.
         if (!isFull(error)) throw error
@@ -968,6 +1016,7 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       }
       if (!open) begin()
       lastBatchAt = performance.now()
+      const bytes = message.text.byteLength
       const runIds = new Set([...message.tasks, ...message.chunks].map((write) => write.runId))
       pending.push({ seq: message.seq, runIds })
       let lastId: number
@@ -979,12 +1028,16 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
         if (!isFull(error)) throw error
         giveUp(error)
         continue
+      } finally {
+        // Its bytes are in SQLite's pages now. Detaching frees them at once: this thread makes little garbage
+        // besides, so its collector would run seldom, and the batches would pile up until it did.
+        message.text.buffer.transfer(0)
       }
       unindexed.push({ seq: message.seq, lastId, atMs: lastBatchAt })
       // A forgotten run's chunks that were waiting to be indexed are gone: no batch waits for them any more.
       if (message.forgotten.length > 0)
         for (const batch of unindexed) batch.lastId = statements.lastChunkThrough(batch.lastId)
-      for (const chunk of message.chunks) uncheckpointedChars += chunk.text.length
+      uncheckpointedBytes += bytes
       appliedSeq = message.seq
       Atomics.store(shared, slots.applied, appliedSeq)
       Atomics.notify(shared, slots.applied)
@@ -1001,7 +1054,7 @@ function writeLoop(db: DatabaseSync, shared: Int32Array, batches: MessagePort, s
       if (indexed !== undefined) {
         progress = indexed
         // Indexing writes index pages to the WAL too: counted as a row of text, about what the WAL measured.
-        uncheckpointedChars += rowChars
+        uncheckpointedBytes += rowBytes
       }
       if (
         open &&
