@@ -169,10 +169,10 @@ export class SqliteObjectStore implements ObjectStore {
       this.#compacted = this.#counter("compacted")
       this.#cipher = openCipher(this.#db, options)
       this.#encryptPlaintextSecrets()
-      if (this.#ownsDb && options.db !== ":memory:") {
+      if (typeof options.db === "string" && options.db !== ":memory:") {
         this.#db.exec(`PRAGMA wal_autocheckpoint = ${fallbackPages}`)
         const rest = this.#db.prepare("PRAGMA wal_checkpoint(PASSIVE)")
-        this.#checkpointer = checkpointer(options.db as string, () => rest.get())
+        this.#checkpointer = checkpointer(options.db, () => rest.get())
       }
     } catch (error) {
       if (this.#ownsDb) this.#db.close()

@@ -38,8 +38,8 @@ export class RunStatusWriter {
   #closed = false
   /** Fields written by urgent(), repeated in the final write. */
   #urgent: RunStatusFields = {}
-  /** urgent()'s fields not written yet, and the promise it answered. */
-  #held: { fields: RunStatusFields; timer: NodeJS.Timeout; written: PromiseWithResolvers<boolean> } | undefined
+  /** While urgent()'s fields wait for a write: the hold's timer, and the promise urgent() answered. */
+  #held: { timer: NodeJS.Timeout; written: PromiseWithResolvers<boolean> } | undefined
 
   constructor(options: { run: string; write: StatusWrite; throttleMs: number; log: Log }) {
     this.#run = options.run
@@ -79,11 +79,10 @@ export class RunStatusWriter {
    */
   urgent(fields: RunStatusFields): Promise<boolean> {
     this.#urgent = { ...this.#urgent, ...fields }
-    if (this.#held === undefined) {
-      const timer = setTimeout(() => void this.#release().catch(() => {}), urgentHoldMs)
-      this.#held = { fields: {}, timer, written: Promise.withResolvers() }
+    this.#held ??= {
+      timer: setTimeout(() => void this.#release().catch(() => {}), urgentHoldMs),
+      written: Promise.withResolvers(),
     }
-    this.#held.fields = { ...this.#held.fields, ...fields }
     return this.#held.written.promise
   }
 
@@ -100,21 +99,19 @@ export class RunStatusWriter {
     return written
   }
 
-  /** Writes the urgent fields held, and the updates waiting for their throttle with them, in order. */
+  /** Writes the urgent fields, and the updates waiting for their throttle with them, in order. */
   #release(): Promise<boolean> {
-    const fields = this.#held?.fields ?? {}
-    if (this.#pending === undefined) {
-      const written = this.#retried(fields)
-      this.#settleHeld(written)
-      return written
+    let written: Promise<boolean>
+    if (this.#pending === undefined) written = this.#retried(this.#urgent)
+    else {
+      // Updates are waiting (a run's `running`, held back until there is more to say): they go with it, in order.
+      clearTimeout(this.#timer)
+      this.#timer = undefined
+      const status = { ...this.#pending, ...this.#urgent }
+      this.#pending = undefined
+      written = this.#chain.then(() => this.#retried(status))
+      this.#chain = written.catch(() => true)
     }
-    // Updates are waiting (a run's `running`, held back until there is more to say): they go with it, in order.
-    clearTimeout(this.#timer)
-    this.#timer = undefined
-    const status = { ...this.#pending, ...fields }
-    this.#pending = undefined
-    const written = this.#chain.then(() => this.#retried(status))
-    this.#chain = written.catch(() => true)
     this.#settleHeld(written)
     return written
   }
